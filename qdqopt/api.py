@@ -1,0 +1,90 @@
+"""The public API: :func:`optimize` and :func:`run`."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import onnx
+
+from qdqopt.config import SessionConfig
+from qdqopt.errors import UsageError
+from qdqopt.graph import load_model, save_model
+from qdqopt.levels import Level, all_names, parse_level
+from qdqopt.manager import PipelineResult, Snapshot, run_pipeline
+from qdqopt.target import Target
+
+__all__ = ["OptimizeResult", "optimize", "run"]
+
+ModelSource = str | os.PathLike[str] | onnx.ModelProto
+ConfigSource = Mapping[str, object] | Iterable[str] | None
+
+
+@dataclass
+class OptimizeResult:
+    """The optimized model with the trace of the run that made it."""
+
+    model: onnx.ModelProto
+    level: Level
+    pipeline: PipelineResult
+    config: SessionConfig
+    disabled: tuple[str, ...]
+
+    @property
+    def unimplemented(self) -> list[str]:
+        """Passes ORT would have run here that qdqopt does not implement yet (they were skipped)."""
+        return self.pipeline.unimplemented
+
+
+def _check_disabled(disabled: Iterable[str]) -> tuple[str, ...]:
+    names = tuple(disabled)
+    known = all_names()
+    for name in names:
+        if name not in known:
+            warnings.warn(
+                f"{name!r} is not the name of any ORT 1.32 transformer or rule; ORT ignores it silently",
+                stacklevel=3,
+            )
+    return names
+
+
+def run(
+    model: ModelSource,
+    level: Level | int | str = "all",
+    *,
+    disabled: Iterable[str] = (),
+    config: ConfigSource = None,
+    target: Target | None = None,
+    on_pass: Snapshot | None = None,
+) -> OptimizeResult:
+    """Optimize like an ORT CPU session would, and return the model with the trace."""
+    if isinstance(disabled, str):
+        raise UsageError("disabled must be a list of names, not a single string")
+    lvl = parse_level(level)
+    cfg = SessionConfig.from_mapping(config)
+    names = _check_disabled(disabled)
+    loaded = load_model(model)
+    pipeline = run_pipeline(
+        loaded, lvl, config=cfg, disabled=set(names), target=target or Target.detect(), on_pass=on_pass
+    )
+    return OptimizeResult(save_model(loaded), lvl, pipeline, cfg, names)
+
+
+def optimize(
+    model: ModelSource,
+    level: Level | int | str = "all",
+    *,
+    disabled: Iterable[str] = (),
+    config: ConfigSource = None,
+) -> onnx.ModelProto:
+    """Return what ORT's CPU session would write to ``optimized_model_filepath``, for the passes qdqopt implements.
+
+    Args:
+        model: a ModelProto or a path to an .onnx file (external data only from the model's own folder).
+        level: 0/1/2/3/99, ``"disable_all"|"basic"|"extended"|"layout"|"all"``, or ORT's enum names.
+        disabled: transformer or rule names to switch off, as ORT's ``disabled_optimizers``.
+        config: session config entries, e.g. ``{"session.qdqisint8allowed": "1"}``.
+    """
+    return run(model, level, disabled=disabled, config=config).model

@@ -1,0 +1,8 @@
+"""The graph core: ORT's ``Graph`` mirrored in Python (nodes, values, order, names, Resolve, load and save)."""
+
+from __future__ import annotations
+
+from qdqopt.graph.core import Edge, Graph, Node
+from qdqopt.graph.model import Model, load_model, save_model
+
+__all__ = ["Edge", "Graph", "Model", "Node", "load_model", "save_model"]

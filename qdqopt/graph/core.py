@@ -1,0 +1,458 @@
+"""The graph core: an ORT-faithful ``Graph`` over a private ``networkx.MultiDiGraph``.
+
+What it mirrors from ``onnxruntime/core/graph/graph.cc`` (spec §2):
+
+* **Node indices.** Nodes loaded from a model get indices ``0..n-1`` in file order (``Constant`` nodes excluded: ORT
+  turns them into initializers at load); every new node takes the next index; indices are never reused.
+* **Edges.** One edge per (producer output slot, consumer input slot). An input that an outer-scope value feeds into
+  a node's subgraph is an *implicit* input: its edge's destination slot is ``len(inputs) + k``, as in ORT, so a pass
+  can tell it apart (EnsureUniqueDQ does).
+* **Order.** :meth:`Graph.topological_order` is ORT's ``GraphViewer`` order, which every pass iterates and which is
+  the saved order of a modified graph.
+* **Names.** One counter per graph for :meth:`Graph.generate_node_name` and :meth:`Graph.generate_value_name`
+  (``GenerateNodeName`` / ``GenerateNodeArgName``): the base name if free, else ``base_token_<counter++>``.
+  A node name collides with live nodes' names and with every generated node name; a value name collides with every
+  value the graph has ever known (ORT keeps typed NodeArgs of removed tensors) and every generated value name.
+* **Initializers.** Kept in ORT's ``graph_proto_->initializer()`` order: appended when added, swap-with-last when
+  removed.
+
+Passes see :class:`Node` records and value names; they change the graph only through :class:`Graph` methods, which
+keep edges, producers and the *modified* flag consistent. networkx never leaves this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from qdqopt.graph.order import ort_topological_order
+from qdqopt.graph.schema import OpSchema, lookup, normalize_domain
+
+__all__ = ["Edge", "Graph", "Node"]
+
+
+@dataclass(frozen=True, order=True)
+class Edge:
+    """A data edge. Sorting edges gives ORT's ``EdgeEndCompare`` order for one node's output edges."""
+
+    dst: int
+    src_slot: int
+    dst_slot: int
+    src: int
+    value: str
+
+
+@dataclass(eq=False)
+class Node:
+    """A node as ORT holds it. Mutate it only through :class:`Graph` methods (except ``doc_string``/``ep``)."""
+
+    index: int
+    name: str
+    op_type: str
+    domain: str
+    inputs: list[str]
+    outputs: list[str]
+    attributes: dict[str, onnx.AttributeProto]
+    doc_string: str = ""
+    ep: str = ""
+    subgraphs: dict[str, Graph] = field(default_factory=dict)
+    implicit_inputs: list[str] = field(default_factory=list)
+    since_version: int | None = None
+    original: onnx.NodeProto | None = None
+
+    @property
+    def qualified_op(self) -> str:
+        """``op_type`` for ONNX, ``domain.op_type`` otherwise (the key ORT's op counts use)."""
+        return self.op_type if not self.domain else f"{self.domain}.{self.op_type}"
+
+    def attr(self, name: str, default: object = None) -> object:
+        """The attribute's Python value (ints, floats, strings decoded), or ``default``."""
+        proto = self.attributes.get(name)
+        if proto is None:
+            return default
+        value = onnx.helper.get_attribute_value(proto)
+        return value.decode() if isinstance(value, bytes) else value
+
+    def __repr__(self) -> str:
+        return f"Node({self.index}, {self.qualified_op}, name={self.name!r})"
+
+
+class Graph:
+    """One ORT ``Graph`` (the main graph or a subgraph)."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        opsets: dict[str, int],
+        parent: Graph | None = None,
+        parent_node: Node | None = None,
+    ) -> None:
+        self.name = name
+        self.doc_string = ""
+        self.doc_string_present = False
+        self.opsets = opsets
+        self.parent = parent
+        self.parent_node = parent_node
+        self._nx: nx.MultiDiGraph = nx.MultiDiGraph()
+        self._nodes: dict[int, Node] = {}
+        self._next_index = 0
+        self._producer: dict[str, tuple[int, int]] = {}
+        self._consumers: dict[str, set[int]] = {}
+        self._consumed: dict[int, set[str]] = {}
+        # graph interface
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+        self.value_info: list[onnx.ValueInfoProto] = []
+        # initializers, in ORT's graph_proto_->initializer() order
+        self._init_order: list[str] = []
+        self._inits: dict[str, onnx.TensorProto] = {}
+        self._arrays: dict[str, np.ndarray] = {}
+        self.sparse_initializers: list[onnx.SparseTensorProto] = []
+        # names
+        self._known_values: set[str] = set()
+        self._untyped_values: set[str] = set()
+        self._generated_values: set[str] = set()
+        self._generated_nodes: set[str] = set()
+        self._counter = 0
+        # state
+        self.modified = False
+        self.original_nodes: list[onnx.NodeProto] = []
+
+    # ------------------------------------------------------------------ nodes
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def node(self, index: int) -> Node | None:
+        """The live node with that index, or None if it was removed."""
+        return self._nodes.get(index)
+
+    def nodes(self) -> list[Node]:
+        """Live nodes in index order."""
+        return [self._nodes[i] for i in sorted(self._nodes)]
+
+    def topological_order(self) -> list[Node]:
+        """Live nodes in ORT's topological order (a snapshot: later removals do not affect it)."""
+        order = ort_topological_order(
+            self._nodes,
+            lambda i: [src for src, _ in self._nx.in_edges(i)],
+            lambda i: self._nx.out_degree(i) > 0,
+        )
+        return [self._nodes[i] for i in order]
+
+    def max_node_index(self) -> int:
+        return self._next_index
+
+    def add_node(
+        self,
+        name: str,
+        op_type: str,
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        *,
+        domain: str = "",
+        attributes: dict[str, onnx.AttributeProto] | None = None,
+        doc_string: str = "",
+        ep: str = "",
+        subgraphs: dict[str, Graph] | None = None,
+        original: onnx.NodeProto | None = None,
+        mark_modified: bool = True,
+    ) -> Node:
+        """``Graph::AddNode``: append a node with the next index and wire its edges."""
+        node = Node(
+            index=self._next_index,
+            name=name,
+            op_type=op_type,
+            domain=domain,
+            inputs=list(inputs),
+            outputs=list(outputs),
+            attributes=dict(attributes or {}),
+            doc_string=doc_string,
+            ep=ep,
+            subgraphs=dict(subgraphs or {}),
+            original=original,
+        )
+        self._next_index += 1
+        self._nodes[node.index] = node
+        self._nx.add_node(node.index)
+        node.since_version = self._since_version(node)
+        for slot, value in enumerate(node.outputs):
+            if value:
+                self._producer[value] = (node.index, slot)
+                self._known(value)
+                self._connect_consumers_of(value)
+        for value in node.inputs:
+            if value:
+                self._known(value)
+        self._rewire_inputs(node)
+        if mark_modified:
+            self.modified = True
+        return node
+
+    def remove_node(self, node: Node) -> None:
+        """``Graph::RemoveNode``: the node and all its edges go; its output values stay known (ORT keeps NodeArgs)."""
+        for slot, value in enumerate(node.outputs):
+            if value and self._producer.get(value) == (node.index, slot):
+                del self._producer[value]
+        for value in self._consumed.pop(node.index, set()):
+            self._consumers.get(value, set()).discard(node.index)
+        self._nx.remove_node(node.index)
+        del self._nodes[node.index]
+        self.modified = True
+
+    def set_input(self, node: Node, slot: int, value: str) -> None:
+        """Point input ``slot`` of ``node`` at ``value`` (extending the input list if needed)."""
+        while len(node.inputs) <= slot:
+            node.inputs.append("")
+        node.inputs[slot] = value
+        if value:
+            self._known(value)
+        self._rewire_inputs(node)
+        self.modified = True
+
+    def set_output(self, node: Node, slot: int, value: str) -> None:
+        """Make ``node`` produce ``value`` at ``slot``; consumers of ``value`` get connected to it."""
+        old = node.outputs[slot]
+        if old and self._producer.get(old) == (node.index, slot):
+            del self._producer[old]
+            self._disconnect_consumers_of(old)
+        node.outputs[slot] = value
+        if value:
+            self._producer[value] = (node.index, slot)
+            self._known(value)
+            self._connect_consumers_of(value)
+        self.modified = True
+
+    # ------------------------------------------------------------------ edges and values
+    def producer(self, value: str) -> Node | None:
+        """The node producing ``value`` in this graph, or None (graph input, initializer, outer scope, missing)."""
+        found = self._producer.get(value)
+        return self._nodes[found[0]] if found else None
+
+    def producer_slot(self, value: str) -> int | None:
+        found = self._producer.get(value)
+        return found[1] if found else None
+
+    def consumers(self, value: str) -> list[Node]:
+        """Nodes that read ``value`` explicitly or through a subgraph, in index order."""
+        return [self._nodes[i] for i in sorted(self._consumers.get(value, ()))]
+
+    def output_edges(self, node: Node) -> list[Edge]:
+        """Output edges in ORT's ``EdgeEndCompare`` order: consumer index, then source slot, then input slot."""
+        edges = [
+            Edge(dst=dst, src_slot=key[0], dst_slot=key[1], src=node.index, value=data["value"])
+            for _, dst, key, data in self._nx.out_edges(node.index, keys=True, data=True)
+        ]
+        return sorted(edges)
+
+    def input_edges(self, node: Node) -> list[Edge]:
+        edges = [
+            Edge(dst=node.index, src_slot=key[0], dst_slot=key[1], src=src, value=data["value"])
+            for src, _, key, data in self._nx.in_edges(node.index, keys=True, data=True)
+        ]
+        return sorted(edges, key=lambda e: (e.src, e.src_slot, e.dst_slot))
+
+    def input_nodes(self, node: Node) -> list[Node]:
+        """Producers of the node's inputs, one per input edge, in ascending index order."""
+        return [self._nodes[src] for src, _ in sorted(self._nx.in_edges(node.index))]
+
+    def graph_output_names(self) -> list[str]:
+        return [o.name for o in self.outputs]
+
+    def is_graph_output(self, value: str) -> bool:
+        return any(o.name == value for o in self.outputs)
+
+    def graph_input_names(self) -> list[str]:
+        """Graph inputs as listed in the model (for IR < 4 they include initializers)."""
+        return [i.name for i in self.inputs]
+
+    def value_names(self) -> set[str]:
+        """Every value name this graph knows (ORT's NodeArg map)."""
+        return set(self._known_values)
+
+    # ------------------------------------------------------------------ initializers
+    def initializer_names(self) -> list[str]:
+        """Initializer names in ORT's saved order."""
+        return list(self._init_order)
+
+    def initializer(self, name: str) -> onnx.TensorProto | None:
+        return self._inits.get(name)
+
+    def is_initializer(self, name: str) -> bool:
+        return name in self._inits
+
+    def is_constant_initializer(self, name: str, *, check_outer_scope: bool = True) -> bool:
+        """An initializer that no graph input can override (``graph_utils::IsConstantInitializer``)."""
+        if name in self._inits:
+            return not any(i.name == name for i in self.inputs)
+        if check_outer_scope and self.parent is not None and not self._defined_here(name):
+            return self.parent.is_constant_initializer(name)
+        return False
+
+    def array(self, name: str) -> np.ndarray:
+        """An initializer's value as numpy (converted once, then cached)."""
+        if name not in self._arrays:
+            proto = self._inits[name]
+            self._arrays[name] = numpy_helper.to_array(proto)
+        return self._arrays[name]
+
+    def add_initializer(self, tensor: onnx.TensorProto) -> None:
+        """``Graph::AddInitializedTensor``: appended at the end."""
+        name = tensor.name
+        if name in self._inits:
+            raise ValueError(f"initializer {name!r} already exists")
+        self._inits[name] = tensor
+        self._init_order.append(name)
+        self._known(name)
+        self.modified = True
+
+    def remove_initializer(self, name: str) -> None:
+        """``Graph::RemoveInitializedTensor``: swap with the last entry, then drop the last."""
+        index = self._init_order.index(name)
+        last = len(self._init_order) - 1
+        if index < last:
+            self._init_order[index], self._init_order[last] = self._init_order[last], self._init_order[index]
+        self._init_order.pop()
+        del self._inits[name]
+        self._arrays.pop(name, None)
+
+    # ------------------------------------------------------------------ names
+    def generate_value_name(self, base: str) -> str:
+        """``Graph::GenerateNodeArgName``."""
+        name = base
+        while name in self._known_values or name in self._generated_values:
+            name = f"{base}_token_{self._counter}"
+            self._counter += 1
+        self._generated_values.add(name)
+        return name
+
+    def generate_node_name(self, base: str) -> str:
+        """``Graph::GenerateNodeName``."""
+        live = {n.name for n in self._nodes.values()}
+        name = base
+        while name in live or name in self._generated_nodes:
+            name = f"{base}_token_{self._counter}"
+            self._counter += 1
+        self._generated_nodes.add(name)
+        return name
+
+    def new_value(self, base: str) -> str:
+        """Generate a value name and register it as a (not yet typed) NodeArg."""
+        name = self.generate_value_name(base)
+        self._known(name)
+        self._untyped_values.add(name)
+        return name
+
+    # ------------------------------------------------------------------ schema and resolve
+    def opset(self, domain: str) -> int | None:
+        return self.opsets.get(normalize_domain(domain))
+
+    def schema(self, node: Node) -> OpSchema | None:
+        return lookup(node.domain, node.op_type, self.opset(node.domain))
+
+    def fill_default_attributes(self) -> None:
+        """Add every schema-default attribute missing on a node (part of ``Resolve``; recursive)."""
+        for node in self._nodes.values():
+            schema = self.schema(node)
+            if schema is not None:
+                for attr_name, default in schema.defaults():
+                    if attr_name not in node.attributes:
+                        node.attributes[attr_name] = default
+            for sub in node.subgraphs.values():
+                sub.fill_default_attributes()
+
+    def unused_initializers(self) -> list[str]:
+        """Initializers no node, subgraph or graph output uses and no graph input overrides (ORT's erase list)."""
+        used: set[str] = {o.name for o in self.outputs} | {i.name for i in self.inputs}
+        for node in self._nodes.values():
+            used.update(node.inputs)
+            used.update(node.implicit_inputs)
+        return [name for name in self._init_order if name not in used]
+
+    def resolve(self) -> list[str]:
+        """The parts of ``Graph::Resolve`` that change what is saved: defaults, unused initializers and untyped values.
+
+        Returns the names of the initializers removed.
+        """
+        self.fill_default_attributes()
+        removed = self.unused_initializers()
+        for name in removed:
+            self.remove_initializer(name)
+        used = {v for n in self._nodes.values() for v in (*n.inputs, *n.implicit_inputs, *n.outputs)}
+        used |= {o.name for o in self.outputs}
+        for name in list(self._untyped_values):
+            if name in used:
+                self._untyped_values.discard(name)
+            else:
+                self._untyped_values.discard(name)
+                self._known_values.discard(name)
+        for node in self._nodes.values():
+            for sub in node.subgraphs.values():
+                removed += sub.resolve()
+        return removed
+
+    # ------------------------------------------------------------------ subgraphs
+    def subgraphs(self) -> Iterator[tuple[Node, str, Graph]]:
+        for node in self.nodes():
+            for attr_name, sub in node.subgraphs.items():
+                yield node, attr_name, sub
+
+    def outer_scope_values(self) -> list[str]:
+        """Values this graph's nodes (or nested subgraphs) read from an enclosing scope, in first-use order."""
+        seen: dict[str, None] = {}
+        for node in self.nodes():
+            for value in (*node.inputs, *node.implicit_inputs):
+                if value and not self._defined_here(value):
+                    seen.setdefault(value, None)
+        return list(seen)
+
+    def _defined_here(self, value: str) -> bool:
+        return value in self._producer or value in self._inits or any(i.name == value for i in self.inputs)
+
+    def refresh_implicit_inputs(self, node: Node) -> None:
+        """Recompute ``node.implicit_inputs`` from its subgraphs and rewire the implicit edges."""
+        implicit: dict[str, None] = {}
+        for sub in node.subgraphs.values():
+            for value in sub.outer_scope_values():
+                implicit.setdefault(value, None)
+        node.implicit_inputs = list(implicit)
+        self._rewire_inputs(node)
+
+    # ------------------------------------------------------------------ internals
+    def _known(self, value: str) -> None:
+        if value:
+            self._known_values.add(value)
+
+    def _since_version(self, node: Node) -> int | None:
+        schema = self.schema(node)
+        return schema.since_version if schema else None
+
+    def _rewire_inputs(self, node: Node) -> None:
+        """Rebuild every input edge of ``node`` from its explicit and implicit inputs."""
+        for src, _, key in list(self._nx.in_edges(node.index, keys=True)):
+            self._nx.remove_edge(src, node.index, key)
+        all_inputs = [*node.inputs, *node.implicit_inputs]
+        for value in self._consumed.get(node.index, set()) - set(all_inputs):
+            self._consumers.get(value, set()).discard(node.index)
+        self._consumed[node.index] = {v for v in all_inputs if v}
+        for slot, value in enumerate(all_inputs):
+            if not value:
+                continue
+            self._consumers.setdefault(value, set()).add(node.index)
+            found = self._producer.get(value)
+            if found is not None:
+                self._nx.add_edge(found[0], node.index, key=(found[1], slot), value=value)
+
+    def _connect_consumers_of(self, value: str) -> None:
+        for index in list(self._consumers.get(value, ())):
+            consumer = self._nodes.get(index)
+            if consumer is not None:
+                self._rewire_inputs(consumer)
+
+    def _disconnect_consumers_of(self, value: str) -> None:
+        self._connect_consumers_of(value)

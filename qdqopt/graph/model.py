@@ -1,0 +1,436 @@
+"""Loading a ModelProto into :class:`Graph` objects and saving it back the way ORT writes ``optimized_model_filepath``.
+
+Load-time normalisation (ORT's ``Graph`` constructor and first ``Resolve``, spec §2.7 as corrected in §0.1):
+
+* ``Constant`` nodes become initializers named after their output, appended after the file's initializers (for
+  IR < 4 they also become graph inputs); they take no node index.
+* Initializers stored in typed fields (``float_data``, ``int32_data``...) of 128 bytes or more are re-encoded as
+  ``raw_data`` (ORT moves them into OrtValues and writes them back raw). Smaller ones, raw ones, strings and
+  external-data references are kept as they are.
+* Unused initializers are removed (swap-with-last in the initializer list), in every graph and subgraph.
+* Schema-default attributes are filled in memory; they reach the saved file only if the graph was modified.
+
+Saving (``Graph::ToGraphProto``): a graph no pass modified is written with its input's nodes, in input order, with
+their attributes as they were; a modified graph is regenerated: nodes in ORT's topological order with every schema
+default, inputs/outputs as NodeArgs (name and type only), value_info limited to the input's entries whose tensors
+still exist, sorted by name (plus, in a subgraph, the outer-scope values it reads). The model keeps its IR version
+and producer; its opset imports gain every domain of ORT's registry that it lacked; its metadata comes out in the
+iteration order of ORT's ``std::unordered_map``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import numpy_helper, shape_inference
+
+from qdqopt.errors import ModelError
+from qdqopt.graph.core import Graph, Node
+from qdqopt.graph.schema import normalize_domain
+
+__all__ = ["Model", "load_model", "save_model"]
+
+# Domains ORT 1.32 adds to the saved opset_import when the model lacks them, in the order it appends them [EXP].
+REGISTRY_OPSETS: tuple[tuple[str, int], ...] = (
+    ("ai.onnx.ml", 5),
+    ("ai.onnx.training", 1),
+    ("ai.onnx.preview", 1),
+    ("com.microsoft", 1),
+    ("ai.onnx.preview.training", 1),
+    ("com.microsoft.experimental", 1),
+    ("com.microsoft.nchwc", 1),
+    ("org.pytorch.aten", 1),
+)
+RAW_THRESHOLD_BYTES = 128
+
+
+@dataclass
+class Model:
+    """A loaded model: the main graph plus the model-level fields ORT carries over."""
+
+    header: onnx.ModelProto
+    graph: Graph
+    opset_import: list[tuple[str, int]]
+    base_dir: Path | None = None
+    value_types: dict[str, onnx.TypeProto] = field(default_factory=dict)
+
+    @property
+    def ir_version(self) -> int:
+        return int(self.header.ir_version)
+
+
+# ---------------------------------------------------------------------------------------------------------- loading
+def read_model_proto(source: str | os.PathLike[str] | onnx.ModelProto) -> tuple[onnx.ModelProto, Path | None]:
+    """Read a model file without following external data outside its folder. Raises :class:`ModelError`."""
+    if isinstance(source, onnx.ModelProto):
+        return source, None
+    path = Path(source)
+    if not path.exists():
+        raise ModelError(f"{path}: no such file")
+    if not path.is_file():
+        raise ModelError(f"{path}: not a file")
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise ModelError(f"{path}: not an ONNX model ({exc.__class__.__name__})") from exc
+    if not proto.HasField("graph"):
+        raise ModelError(f"{path}: not an ONNX model (no graph)")
+    base = path.resolve().parent
+    _check_external_locations(proto.graph, base, path)
+    return proto, base
+
+
+def _check_external_locations(graph: onnx.GraphProto, base: Path, path: Path) -> None:
+    for tensor in graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            location = {e.key: e.value for e in tensor.external_data}.get("location", "")
+            target = (base / location).resolve()
+            if not location or os.path.isabs(location) or not target.is_relative_to(base):
+                raise ModelError(f"{path}: initializer {tensor.name!r} has external data outside the model's folder")
+            if not target.is_file():
+                raise ModelError(f"{path}: initializer {tensor.name!r}: external data file {location!r} is missing")
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                _check_external_locations(sub, base, path)
+
+
+def load_model(source: str | os.PathLike[str] | onnx.ModelProto) -> Model:
+    """Load a model as ORT does before any transformer runs."""
+    proto, base = read_model_proto(source)
+    header = onnx.ModelProto()
+    header.CopyFrom(proto)
+    header.ClearField("graph")
+    opset_import = [(normalize_domain(o.domain), int(o.version)) for o in proto.opset_import]
+    opsets = dict(opset_import)
+    graph = _build_graph(proto.graph, opsets, int(proto.ir_version), None, None)
+    model = Model(header=header, graph=graph, opset_import=opset_import, base_dir=base)
+    model.value_types = _infer_types(proto)
+    _load_time_resolve(graph)
+    return model
+
+
+def _build_graph(
+    gp: onnx.GraphProto, opsets: dict[str, int], ir_version: int, parent: Graph | None, parent_node: Node | None
+) -> Graph:
+    graph = Graph(name=gp.name, opsets=opsets, parent=parent, parent_node=parent_node)
+    graph.doc_string = gp.doc_string
+    graph.doc_string_present = gp.HasField("doc_string")
+    graph.inputs = [copy.deepcopy(v) for v in gp.input]
+    graph.outputs = [copy.deepcopy(v) for v in gp.output]
+    graph.value_info = [copy.deepcopy(v) for v in gp.value_info]
+    graph.sparse_initializers = [copy.deepcopy(s) for s in gp.sparse_initializer]
+    for tensor in gp.initializer:
+        graph.add_initializer(_normalise_initializer(tensor))
+    for node_proto in gp.node:
+        if _is_constant(node_proto):
+            tensor = _constant_to_tensor(node_proto)
+            graph.add_initializer(_normalise_initializer(tensor))
+            if ir_version < 4:
+                graph.inputs.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
+    for node_proto in gp.node:
+        if _is_constant(node_proto):
+            continue
+        graph.original_nodes.append(node_proto)
+        attrs = {a.name: copy.deepcopy(a) for a in node_proto.attribute}
+        node = graph.add_node(
+            node_proto.name,
+            node_proto.op_type,
+            list(node_proto.input),
+            list(node_proto.output),
+            domain=node_proto.domain,
+            attributes=attrs,
+            doc_string=node_proto.doc_string,
+            original=node_proto,
+        )
+        for attr in node_proto.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                node.subgraphs[attr.name] = _build_graph(attr.g, opsets, ir_version, graph, node)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                raise ModelError(
+                    f"node {node_proto.name!r} ({node_proto.op_type}): GRAPHS attributes are not supported"
+                )
+        if node.subgraphs:
+            graph.refresh_implicit_inputs(node)
+    graph.modified = False
+    return graph
+
+
+def _load_time_resolve(graph: Graph) -> None:
+    graph.fill_default_attributes()
+    _remove_unused_initializers(graph)
+
+
+def _remove_unused_initializers(graph: Graph) -> None:
+    for name in graph.unused_initializers():
+        graph.remove_initializer(name)
+    for _, _, sub in graph.subgraphs():
+        _remove_unused_initializers(sub)
+
+
+def _is_constant(node: onnx.NodeProto) -> bool:
+    return node.op_type == "Constant" and normalize_domain(node.domain) == ""
+
+
+def _constant_to_tensor(node: onnx.NodeProto) -> onnx.TensorProto:
+    """``utils::ConstantNodeProtoToTensorProto``."""
+    name = node.output[0]
+    if len(node.attribute) != 1:
+        raise ModelError(f"Constant node {node.name!r} must have exactly one value attribute")
+    attr = node.attribute[0]
+    tensor: onnx.TensorProto
+    if attr.name == "value":
+        tensor = copy.deepcopy(attr.t)
+    elif attr.name == "value_float":
+        tensor = onnx.TensorProto(data_type=onnx.TensorProto.FLOAT, float_data=[attr.f])
+    elif attr.name == "value_floats":
+        tensor = onnx.TensorProto(data_type=onnx.TensorProto.FLOAT, dims=[len(attr.floats)], float_data=attr.floats)
+    elif attr.name == "value_int":
+        tensor = onnx.TensorProto(data_type=onnx.TensorProto.INT64, int64_data=[attr.i])
+    elif attr.name == "value_ints":
+        tensor = onnx.TensorProto(data_type=onnx.TensorProto.INT64, dims=[len(attr.ints)], int64_data=attr.ints)
+    elif attr.name == "value_string":
+        tensor = onnx.TensorProto(data_type=onnx.TensorProto.STRING, string_data=[attr.s])
+    elif attr.name == "value_strings":
+        tensor = onnx.TensorProto(data_type=onnx.TensorProto.STRING, dims=[len(attr.strings)], string_data=attr.strings)
+    elif attr.name == "sparse_value":
+        dense = onnx.numpy_helper.to_array(attr.sparse_tensor.values)
+        shape = tuple(attr.sparse_tensor.dims)
+        full = np.zeros(shape, dtype=dense.dtype).reshape(-1)
+        idx = onnx.numpy_helper.to_array(attr.sparse_tensor.indices)
+        flat = idx if idx.ndim == 1 else np.ravel_multi_index(idx.T, shape)
+        full[flat] = dense
+        tensor = numpy_helper.from_array(full.reshape(shape))
+    else:
+        raise ModelError(f"Constant node {node.name!r}: unsupported attribute {attr.name!r}")
+    tensor.name = name
+    return tensor
+
+
+def _byte_size(tensor: onnx.TensorProto) -> int:
+    count = int(np.prod(tensor.dims)) if len(tensor.dims) else 1
+    if tensor.data_type in _FOUR_BIT:
+        return (count * 4 + 7) // 8
+    return count * int(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize)
+
+
+_FOUR_BIT = frozenset({onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.FLOAT4E2M1})
+
+
+def _normalise_initializer(tensor: onnx.TensorProto) -> onnx.TensorProto:
+    """Re-encode a typed-field initializer of 128 bytes or more as raw_data, as ORT's save does."""
+    if (
+        tensor.HasField("raw_data")
+        or tensor.data_location == onnx.TensorProto.EXTERNAL
+        or tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED)
+        or _byte_size(tensor) < RAW_THRESHOLD_BYTES
+    ):
+        return copy.deepcopy(tensor)
+    array = numpy_helper.to_array(tensor)
+    raw = numpy_helper.from_array(array, tensor.name)
+    out = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+    out.raw_data = raw.raw_data
+    return out
+
+
+def _infer_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """Types of every tensor of the main graph as shape inference sees the input model (best effort)."""
+    stripped = onnx.ModelProto()
+    stripped.CopyFrom(proto)
+    for tensor in stripped.graph.initializer:  # shape inference needs dims, not data
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            tensor.ClearField("external_data")
+            tensor.data_location = onnx.TensorProto.DEFAULT
+    try:
+        inferred = shape_inference.infer_shapes(stripped, strict_mode=False)
+    except Exception:
+        return {}
+    g = inferred.graph
+    return {v.name: v.type for v in [*g.value_info, *g.output, *g.input]}
+
+
+# ----------------------------------------------------------------------------------------------------------- saving
+def save_model(model: Model) -> onnx.ModelProto:
+    """The ModelProto ORT would write for this model's current state."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model.header)
+    present = {normalize_domain(o.domain) for o in out.opset_import}
+    for domain, version in missing_opsets(present):
+        out.opset_import.append(onnx.helper.make_opsetid(domain, version))
+    out.ClearField("metadata_props")
+    for key, value in saved_metadata(model.header):
+        entry = out.metadata_props.add()
+        entry.key, entry.value = key, value
+    out.graph.CopyFrom(save_graph(model.graph, model.value_types))
+    return out
+
+
+def missing_opsets(present: set[str]) -> list[tuple[str, int]]:
+    """Registry domains ORT appends to the input's opset imports (which it keeps verbatim), in its order."""
+    out: list[tuple[str, int]] = []
+    if "" not in present:
+        out.append(("", _latest_onnx_opset()))
+    out.extend((domain, version) for domain, version in REGISTRY_OPSETS if domain not in present)
+    return out
+
+
+def _latest_onnx_opset() -> int:
+    from qdqopt.graph.schema import registry_domains
+
+    return registry_domains().get("", 21)
+
+
+def saved_metadata(header: onnx.ModelProto) -> list[tuple[str, str]]:
+    """Metadata in the iteration order of ORT's ``std::unordered_map<std::string, std::string>``."""
+    entries: dict[str, str] = {}
+    for prop in header.metadata_props:
+        entries[prop.key] = prop.value
+    try:
+        from qdqopt.graph.stdhash import iteration_order
+    except ImportError:  # pragma: no cover - the emulator ships with the package
+        return list(entries.items())
+    return [(k, entries[k]) for k in iteration_order(list(entries))]
+
+
+def save_graph(graph: Graph, value_types: dict[str, onnx.TypeProto] | None = None) -> onnx.GraphProto:
+    """``Graph::ToGraphProto`` for one graph (recursing into subgraphs)."""
+    types = value_types or {}
+    gp = onnx.GraphProto()
+    gp.name = graph.name
+    if graph.modified or graph.doc_string_present:
+        gp.doc_string = graph.doc_string
+    if not graph.modified:
+        gp.input.extend(graph.inputs)
+        gp.output.extend(graph.outputs)
+        gp.value_info.extend(graph.value_info)
+        for node in graph.nodes():
+            gp.node.append(_original_node_proto(node, types))
+    else:
+        gp.input.extend(_bare_value_info(v, types) for v in graph.inputs)
+        gp.output.extend(_bare_value_info(v, types) for v in graph.outputs)
+        live = graph.value_names()
+        kept = sorted(
+            (v for v in graph.value_info if v.name in live and _still_used(graph, v.name)), key=lambda v: v.name
+        )
+        gp.value_info.extend(_bare_value_info(v, types) for v in kept)
+        if graph.parent is not None:
+            for name in graph.outer_scope_values():
+                gp.value_info.append(_outer_value_info(graph.parent, name, types))
+        for node in graph.topological_order():
+            gp.node.append(node_to_proto(node, types))
+    for name in graph.initializer_names():
+        tensor = graph.initializer(name)
+        assert tensor is not None
+        gp.initializer.append(tensor)
+    gp.sparse_initializer.extend(graph.sparse_initializers)
+    return gp
+
+
+def _still_used(graph: Graph, name: str) -> bool:
+    if graph.is_initializer(name) or graph.producer(name) is not None or graph.is_graph_output(name):
+        return True
+    return any(i.name == name for i in graph.inputs) or bool(graph.consumers(name))
+
+
+def _outer_value_info(parent: Graph, name: str, types: dict[str, onnx.TypeProto]) -> onnx.ValueInfoProto:
+    vi = onnx.ValueInfoProto(name=name)
+    declared = _declared_type(parent, name)
+    chosen = types.get(name) or declared
+    if chosen is not None:
+        vi.type.CopyFrom(chosen)
+    return vi
+
+
+def _declared_type(graph: Graph | None, name: str) -> onnx.TypeProto | None:
+    while graph is not None:
+        for vi in (*graph.inputs, *graph.outputs, *graph.value_info):
+            if vi.name == name and vi.HasField("type"):
+                return vi.type
+        tensor = graph.initializer(name)
+        if tensor is not None:
+            return onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+        graph = graph.parent
+    return None
+
+
+def _bare_value_info(vi: onnx.ValueInfoProto, types: dict[str, onnx.TypeProto]) -> onnx.ValueInfoProto:
+    """``NodeArg::ToProto``: name and type only; the type refined by inference where it knows more."""
+    out = onnx.ValueInfoProto(name=vi.name)
+    merged = _merge_type(vi.type if vi.HasField("type") else None, types.get(vi.name))
+    if merged is not None:
+        out.type.CopyFrom(merged)
+    return out
+
+
+def _merge_type(declared: onnx.TypeProto | None, inferred: onnx.TypeProto | None) -> onnx.TypeProto | None:
+    """ORT's ``MergeShapeInfo``: inferred dims fill the declared type; a conflict keeps the declared one."""
+    if declared is None:
+        return inferred
+    if inferred is None or not declared.HasField("tensor_type") or not inferred.HasField("tensor_type"):
+        return declared
+    dt, it = declared.tensor_type, inferred.tensor_type
+    if not it.HasField("shape"):
+        return declared
+    merged = onnx.TypeProto()
+    merged.CopyFrom(declared)
+    if not dt.HasField("shape"):
+        merged.tensor_type.shape.CopyFrom(it.shape)
+        return merged
+    if len(dt.shape.dim) != len(it.shape.dim):
+        return declared
+    for target, source in zip(merged.tensor_type.shape.dim, it.shape.dim, strict=True):
+        if source.HasField("dim_value"):
+            if target.HasField("dim_value") and target.dim_value != source.dim_value:
+                return declared
+            target.dim_value = source.dim_value
+        elif source.HasField("dim_param") and not target.HasField("dim_value") and not target.HasField("dim_param"):
+            target.dim_param = source.dim_param
+    return merged
+
+
+def _with_subgraphs(
+    node: Node, attrs: list[onnx.AttributeProto], types: dict[str, onnx.TypeProto]
+) -> list[onnx.AttributeProto]:
+    out = []
+    for attr in attrs:
+        if attr.type == onnx.AttributeProto.GRAPH and attr.name in node.subgraphs:
+            fresh = onnx.AttributeProto()
+            fresh.CopyFrom(attr)
+            fresh.g.CopyFrom(save_graph(node.subgraphs[attr.name], types))
+            out.append(fresh)
+        else:
+            out.append(attr)
+    return out
+
+
+def _original_node_proto(node: Node, types: dict[str, onnx.TypeProto]) -> onnx.NodeProto:
+    assert node.original is not None, f"node {node.name!r} has no original proto in an unmodified graph"
+    if not node.subgraphs:
+        return node.original
+    proto = onnx.NodeProto()
+    proto.CopyFrom(node.original)
+    attrs = _with_subgraphs(node, list(proto.attribute), types)
+    proto.ClearField("attribute")
+    proto.attribute.extend(attrs)
+    return proto
+
+
+def node_to_proto(node: Node, types: dict[str, onnx.TypeProto] | None = None) -> onnx.NodeProto:
+    """``Node::ToProto``: name, op, domain, doc string, attributes (with updated subgraphs), inputs, outputs."""
+    proto = onnx.NodeProto()
+    proto.name = node.name
+    proto.op_type = node.op_type
+    if node.domain:
+        proto.domain = node.domain
+    if node.doc_string:
+        proto.doc_string = node.doc_string
+    proto.attribute.extend(_with_subgraphs(node, list(node.attributes.values()), types or {}))
+    proto.input.extend(node.inputs)
+    proto.output.extend(node.outputs)
+    return proto

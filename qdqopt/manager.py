@@ -1,0 +1,167 @@
+"""The pass manager: ORT's ``InferenceSession::TransformGraph`` and ``GraphTransformerManager`` (spec §1.2, §1.3).
+
+Order of a session:
+
+1. ``EnsureUniqueDQForNodeUnit`` once (stage ``pre``), unless ``session.disable_quant_qdq=1``;
+2. Level1 (``L1``) with the fixed-point loop: every registered transformer in order; if any modified the graph,
+   the whole list runs again (apply-once transformers only in the first step), at most 10 steps;
+3. partitioning: every node is assigned to ``CPUExecutionProvider`` (qdqopt models a CPU-only session);
+4. the optimization loop: Level2, Level3 (each with the fixed-point loop), ``InsertCastTransformer`` (which logs
+   ``RemoveDuplicateCastTransformer`` then ``CastFloat16Transformer``), Level4; it repeats only when a change
+   counts for ``session.graph_optimizations_loop_level`` (1: Level4 changes; 2 or more: any change), at most 10
+   times;
+5. ``MemcpyTransformer``.
+
+Each run yields a trace: one :class:`TraceEntry` per transformer application, printed like ORT's INFO line
+``GraphTransformer <name> modified: <0|1>``, with its stage, step and the op-count change it made.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from qdqopt.config import SessionConfig
+from qdqopt.graph import Graph, Model
+from qdqopt.levels import Level, PassSpec, RuleSpec, registered_passes
+from qdqopt.passes import RULES, TRANSFORMERS, GraphTransformer, PassContext, RuleBasedTransformer
+from qdqopt.target import Target
+
+__all__ = ["MAX_STEPS", "PipelineResult", "TraceEntry", "run_pipeline"]
+
+MAX_STEPS = 10
+
+
+@dataclass
+class TraceEntry:
+    """One transformer application."""
+
+    name: str
+    stage: str
+    step: int
+    modified: bool
+    implemented: bool
+    op_delta: dict[str, int] = field(default_factory=dict)
+
+    def ort_line(self) -> str:
+        return f"GraphTransformer {self.name} modified: {int(self.modified)}"
+
+
+@dataclass
+class PipelineResult:
+    """What a run did: its trace and the names it could not run (not implemented yet)."""
+
+    trace: list[TraceEntry] = field(default_factory=list)
+    unimplemented: list[str] = field(default_factory=list)
+
+    def ort_lines(self) -> list[str]:
+        return [e.ort_line() for e in self.trace]
+
+
+Snapshot = Callable[[str, Graph], None]
+
+
+def op_counts(graph: Graph) -> collections.Counter[str]:
+    """Op counts of a graph and its subgraphs, keyed ``op`` or ``domain.op``."""
+    counts: collections.Counter[str] = collections.Counter()
+    for node in graph.nodes():
+        counts[node.qualified_op] += 1
+        for sub in node.subgraphs.values():
+            counts.update(op_counts(sub))
+    return counts
+
+
+def _delta(before: collections.Counter[str], after: collections.Counter[str]) -> dict[str, int]:
+    keys = sorted(set(before) | set(after))
+    return {k: after[k] - before[k] for k in keys if after[k] != before[k]}
+
+
+def _instantiate(spec: PassSpec, rules: tuple[RuleSpec, ...]) -> GraphTransformer | None:
+    if spec.rules:
+        implemented = [RULES[r.name]() for r in rules if r.name in RULES]
+        return RuleBasedTransformer(spec.name, implemented, spec.eps)
+    cls = TRANSFORMERS.get(spec.name)
+    return cls() if cls is not None else None
+
+
+def _assign_cpu(graph: Graph) -> None:
+    for node in graph.nodes():
+        if not node.ep:
+            node.ep = "CPUExecutionProvider"
+        for sub in node.subgraphs.values():
+            _assign_cpu(sub)
+
+
+def run_pipeline(
+    model: Model,
+    level: Level,
+    *,
+    config: SessionConfig | None = None,
+    disabled: set[str] | None = None,
+    target: Target | None = None,
+    on_pass: Snapshot | None = None,
+) -> PipelineResult:
+    """Run ORT's session transformations on ``model`` in place."""
+    cfg = config or SessionConfig()
+    tgt = target or Target.detect()
+    off = set(disabled or ()) | set(cfg.disabled_by_config())
+    ctx = PassContext(config=cfg, target=tgt)
+    result = PipelineResult()
+    plan = registered_passes(level, cfg, tgt, off)
+    by_stage: dict[str, list[tuple[PassSpec, GraphTransformer | None, tuple[RuleSpec, ...]]]] = {}
+    for spec, rules in plan:
+        by_stage.setdefault(spec.stage, []).append((spec, _instantiate(spec, rules), rules))
+        if spec.rules:
+            result.unimplemented.extend(r.name for r in rules if r.name not in RULES)
+        elif spec.name not in TRANSFORMERS:
+            result.unimplemented.append(spec.name)
+    graph = model.graph
+
+    def apply(spec: PassSpec, transformer: GraphTransformer | None, step: int) -> bool:
+        before = op_counts(graph)
+        modified = transformer.apply(graph, ctx) if transformer is not None else False
+        entry = TraceEntry(spec.name, spec.stage, step, modified, transformer is not None)
+        if modified:
+            entry.op_delta = _delta(before, op_counts(graph))
+        result.trace.append(entry)
+        if on_pass is not None:
+            on_pass(spec.name, graph)
+        return modified
+
+    def apply_level(stage: str) -> bool:
+        entries = by_stage.get(stage, [])
+        if not entries:
+            return False
+        changed_at_all = False
+        for step in range(MAX_STEPS):
+            changed = False
+            for spec, transformer, _ in entries:
+                if step > 0 and spec.apply_once:
+                    continue
+                changed = apply(spec, transformer, step) or changed
+            changed_at_all = changed_at_all or changed
+            if not changed:
+                break
+        return changed_at_all
+
+    for spec, transformer, _ in by_stage.get("pre", []):
+        apply(spec, transformer, 0)
+    apply_level("L0")
+    apply_level("L1")
+    _assign_cpu(graph)
+    ctx.partitioned = True
+    loop_level = int(cfg.get("session.graph_optimizations_loop_level", "1") or "1")
+    for _ in range(MAX_STEPS):
+        changed_l2 = apply_level("L2")
+        changed_l3 = apply_level("L3")
+        changed_cast = False
+        for spec, transformer, _ in by_stage.get("loop", []):
+            changed_cast = apply(spec, transformer, 0) or changed_cast
+        changed_l4 = apply_level("L4")
+        again = (loop_level >= 1 and changed_l4) or (loop_level >= 2 and (changed_l2 or changed_l3 or changed_cast))
+        if not again:
+            break
+    for spec, transformer, _ in by_stage.get("post", []):
+        apply(spec, transformer, 0)
+    return result

@@ -1,0 +1,126 @@
+"""The pass contract: ORT's ``GraphTransformer`` and ``RewriteRule``, as small Python classes.
+
+* A :class:`GraphTransformer` has ORT's exact ``name`` and implements :meth:`GraphTransformer.apply_impl`, which
+  edits the graph through :class:`~qdqopt.graph.Graph` methods and returns whether it modified it. The
+  ``modified`` flag is part of the contract: the manager reruns a level while any pass reports a change, and the
+  trace prints it as ORT logs it. :meth:`GraphTransformer.apply` then resolves the graph, as
+  ``GraphTransformer::Apply`` calls ``Graph::Resolve`` after a modifying ``ApplyImpl``.
+* A :class:`RewriteRule` has ORT's *rule* name (``ReluQuantRewrite``, not ``ReluQuantFusion``), the op types it
+  targets, a :meth:`RewriteRule.check` that returns ``None`` when it applies or the reason it does not, and an
+  :meth:`RewriteRule.apply`. :class:`RuleBasedTransformer` runs them like ``RuleBasedGraphTransformer``.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from qdqopt.config import SessionConfig
+from qdqopt.graph import Graph, Node
+from qdqopt.target import Target
+
+__all__ = ["GraphTransformer", "PassContext", "RewriteRule", "RuleBasedTransformer", "RuleEffect"]
+
+
+@dataclass
+class PassContext:
+    """What a pass may consult besides the graph."""
+
+    config: SessionConfig
+    target: Target
+    partitioned: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def int8_allowed(self) -> bool:
+        return self.target.with_config(self.config).int8_allowed
+
+
+class GraphTransformer(ABC):
+    """``onnxruntime::GraphTransformer``."""
+
+    name: str = ""
+    #: EPs whose nodes the pass may touch; empty means any (``GetCompatibleExecutionProviders``).
+    compatible_eps: ClassVar[tuple[str, ...]] = ()
+
+    def apply(self, graph: Graph, ctx: PassContext) -> bool:
+        """Run the pass on the main graph, then resolve it if it changed anything."""
+        modified = self.apply_impl(graph, ctx, graph_level=0)
+        if modified:
+            graph.resolve()
+        return modified
+
+    @abstractmethod
+    def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
+        """Edit ``graph`` (and recurse into subgraphs as ORT does); return whether anything changed."""
+
+    def recurse(self, node: Node, ctx: PassContext, graph_level: int) -> bool:
+        """``GraphTransformer::Recurse``: apply to each subgraph of ``node``, marking a changed one modified."""
+        modified = False
+        for sub in node.subgraphs.values():
+            if self.apply_impl(sub, ctx, graph_level + 1):
+                sub.modified = True
+                modified = True
+        return modified
+
+    def node_is_compatible(self, node: Node) -> bool:
+        return not self.compatible_eps or node.ep in self.compatible_eps
+
+
+class RuleEffect(enum.Enum):
+    """``RewriteRuleEffect``."""
+
+    NONE = 0
+    UPDATED_CURRENT_NODE = 1
+    REMOVED_CURRENT_NODE = 2
+    MODIFIED_REST_OF_GRAPH = 3
+
+
+class RewriteRule(ABC):
+    """``onnxruntime::RewriteRule``."""
+
+    name: ClassVar[str] = ""
+    op_types: ClassVar[tuple[str, ...]] = ()
+
+    @abstractmethod
+    def check(self, graph: Graph, node: Node, ctx: PassContext) -> str | None:
+        """``SatisfyCondition``: None when the rule applies, otherwise why it does not."""
+
+    @abstractmethod
+    def apply(self, graph: Graph, node: Node, ctx: PassContext) -> RuleEffect:
+        """``Apply``: rewrite and report the effect."""
+
+
+class RuleBasedTransformer(GraphTransformer):
+    """``RuleBasedGraphTransformer``: nodes in topological order, each node's rules by op type, in order."""
+
+    def __init__(self, name: str, rules: list[RewriteRule], compatible_eps: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.rules = rules
+        self._eps = compatible_eps
+
+    def node_is_compatible(self, node: Node) -> bool:
+        return not self._eps or node.ep in self._eps
+
+    def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
+        modified = False
+        for node in graph.topological_order():
+            if graph.node(node.index) is None:
+                continue
+            if self.recurse(node, ctx, graph_level):
+                modified = True
+            if not self.node_is_compatible(node):
+                continue
+            for rule in self.rules:
+                if rule.op_types and node.op_type not in rule.op_types:
+                    continue
+                if rule.check(graph, node, ctx) is not None:
+                    continue
+                effect = rule.apply(graph, node, ctx)
+                if effect is not RuleEffect.NONE:
+                    modified = True
+                if effect is RuleEffect.REMOVED_CURRENT_NODE:
+                    break
+        return modified
