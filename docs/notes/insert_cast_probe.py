@@ -11,8 +11,19 @@ For every case (hand-built fp16 models and the 8 corpus models where the pass fi
 3. compares the two node by node: order, name, op, domain, inputs, outputs, doc_string and every attribute
    (schema defaults included), plus graph inputs/outputs and the set of initializers, and prints the saved graph.
 
-Run:  /work/venv/bin/python docs/notes/insert_cast_probe.py [case-substring ...]
+Run:  /work/venv/bin/python docs/notes/insert_cast_probe.py [case-substring ...]   (34 cases, ~10 s)
+      /work/venv/bin/python docs/notes/insert_cast_probe.py --sweep    (all 280 corpus files, ~90 s: the spec's
+      modified flag and, where modified, the whole graph must equal ORT's, with session.disable_quant_qdq=1)
 Exit status 0 iff every case matches. Scratch files go to $TMPDIR/insert_cast_probe/.
+
+Cases (ids used in insert_cast.md): h1 fp16 chain, graph I/O and initializers; h2/h3 isolated fp16 node (and the
+graph-output exception); h4 mixed fp16/fp32 inputs and Mul(x, x); h5 fan-out incl. an fp16-capable consumer; h6
+wrapped output that is also a graph output; h7 TopK (only the fp16 output is cast back); h8 `dtype` rewrite; h9
+model Cast chains in the remover; h10 model Cast f32->f16 then inserted cast; h11 node-name collisions; h12a/b
+index-order dependency of the isolation walk; h13 fp16 initializer + Q/DQ; h14 arg-name collision (session
+error); h15 If, h16 Loop subgraphs; h17 opset 13 (no `saturate`); h18 nothing to do; h19 output-only fp16 node
+(session error); h20 diamond; h21 partitioner function inlining (shown only); h22/h23 value_info; h24 counter
+continues after EnsureUniqueDQ; h25 fp16 ops with CPU kernels are left alone; plus the 8 corpus models.
 """
 import os
 import subprocess
@@ -515,8 +526,9 @@ def produced(nodes):
     return {o for n in nodes for o in n.output}
 
 
-def simulate(model_path):
-    """Returns (ModelProto predicted by the spec, modified flag, trace lines)."""
+def simulate(model_path, counter_start=0):
+    """Returns (predicted Graph, modified flag, trace lines). counter_start: the main graph's name_generator_ value
+    left by earlier passes (EnsureUniqueDQForNodeUnit runs first, even at DISABLE_ALL)."""
     m = onnx.load(model_path, load_external_data=False)
     opsets = {("" if o.domain in ("", "ai.onnx") else o.domain): o.version for o in m.opset_import}
     inferred = onnx.shape_inference.infer_shapes(topo_sorted_copy(m))  # ORT infers in topological order
@@ -537,6 +549,7 @@ def simulate(model_path):
 
     collect(inferred.graph)
     g = Graph(m.graph, opsets, types)
+    g.counter = counter_start
     partition(g)
     trace = ["unassigned after partitioning (no CPU kernel for the actual types): %s"
              % [("#%d" % n.idx, n.name, n.op) for n in g.live() if not n.ep]]
@@ -656,7 +669,7 @@ def all_refs(g):
     return refs
 
 
-def check(case, path, level="ORT_DISABLE_ALL", expect_error=False):
+def check(case, path, level="ORT_DISABLE_ALL", expect_error=False, sim_path=None, counter_start=0):
     print("=" * 110)
     print("CASE %s  (%s, %s)" % (case, os.path.relpath(path, CORPUS) if path.startswith(CORPUS) else
                                  os.path.basename(path), level))
@@ -670,7 +683,10 @@ def check(case, path, level="ORT_DISABLE_ALL", expect_error=False):
         print("  ORT saved graph (partitioner function inlining; outside this pass, shown for reference):")
         print("\n".join(fmt(actual_nodes(mo.graph))) if mo is not None else "    (none)")
         return True
-    g, modified, trace = simulate(path)
+    g, modified, trace = simulate(sim_path or path, counter_start)
+    if sim_path:
+        print("  spec input: %s (the graph after EnsureUniqueDQForNodeUnit), name counter starts at %d"
+              % (os.path.basename(sim_path), counter_start))
     for t in trace:
         print("  spec trace:", t)
     if mo is None:
@@ -720,8 +736,8 @@ def vi(n, t, s=None):
     return helper.make_tensor_value_info(n, t, s)
 
 
-def N(op, ins, outs, name, domain="", **kw):
-    return helper.make_node(op, ins, outs, name=name, domain=domain, **kw)
+def N(op, ins, outs, name, domain="", doc_string=None, **kw):
+    return helper.make_node(op, ins, outs, name=name, domain=domain, doc_string=doc_string, **kw)
 
 
 def init(name, arr):
@@ -864,6 +880,45 @@ def hand_cases():
     p = os.path.join(WORK, "h23_value_info_settype.onnx")
     onnx.save(m, p)
     c.append(("h23_value_info_settype", p))
+    # h24: the _token_ counter is per Graph and shared with earlier passes: EnsureUniqueDQ duplicates the DQ for
+    # relu1/relu2 (tokens 0 and 1); InsertCast's collisions continue at 2; the three forward casts that collide with
+    # back-casts consume 2, 3, 4 and are removed again; the live node named like x's cast gives '_token_5'.
+    qdq_init = [init("s", np.array(0.1, np.float16)), init("z", np.array(0, np.uint8))]
+    pre = [N("QuantizeLinear", ["x", "s", "z"], ["q"], "Q"), N("DequantizeLinear", ["q", "s", "z"], ["d"], "DQ"),
+           N("Relu", ["x"], ["rx"], "InsertedPrecisionFreeCast_x")]
+    outs = [vi("r0", H, [4]), vi("r1", H, [4]), vi("r2", H, [4]), vi("rx", H, [4])]
+    p = save("h24_counter_persists", pre + [N("Relu", ["d"], ["r%d" % i], "relu%d" % i) for i in range(3)],
+             [vi("x", H, [4])], outs, qdq_init)
+    dup = dict(doc_string="Added by EnsureUniqueDQForNodeUnit")
+    p_sim = save("h24_after_ensure_unique_dq", pre + [
+        N("Relu", ["d"], ["r0"], "relu0"), N("Relu", ["d/duplicated"], ["r1"], "relu1"),
+        N("Relu", ["d/duplicated_token_0"], ["r2"], "relu2"),
+        N("DequantizeLinear", ["q", "s", "z"], ["d/duplicated"], "DQ/duplicated", **dup),
+        N("DequantizeLinear", ["q", "s", "z"], ["d/duplicated_token_0"], "DQ/duplicated_token_1", **dup)],
+        [vi("x", H, [4])], outs, qdq_init)
+    c.append(("h24_counter_persists", p, ("sim", p_sim, 2)))
+    # h25: CPU-assigned nodes that have an fp16 kernel are left alone (no 1.32 "kernel-less" rewrite is triggered)
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    nodes = [N("Shape", ["x"], ["o_shape"], "shape"), N("Gather", ["x", "gi"], ["o_gather"], "gather", axis=0),
+             N("Slice", ["x", "st", "en"], ["o_slice"], "slice"), N("Expand", ["x", "shp"], ["o_expand"], "expand"),
+             N("ConstantOfShape", ["shp"], ["o_cos"], "cos", value=numpy_helper.from_array(h16(1))),
+             N("Split", ["x"], ["o_s1", "o_s2"], "split", axis=1, num_outputs=2),
+             N("Transpose", ["x"], ["o_tr"], "transpose", perm=[1, 0]), N("Unsqueeze", ["x", "ax"], ["o_unsq"], "unsq"),
+             N("Flatten", ["x"], ["o_flat"], "flatten"), N("Clip", ["x", "lo", "hi"], ["o_clip"], "clip"),
+             N("Max", ["x", "x2"], ["o_max"], "max"), N("Min", ["x", "x2"], ["o_min"], "min"),
+             N("LayerNormalization", ["x", "g1", "b1"], ["o_ln"], "ln"), N("IsNaN", ["x"], ["o_isnan"], "isnan"),
+             N("Sign", ["x"], ["o_sign"], "sign"), N("Mod", ["x", "x2"], ["o_mod"], "mod", fmod=1),
+             N("GatherElements", ["x", "ge"], ["o_ge"], "gather_el", axis=0),
+             N("Compress", ["x", "cm"], ["o_comp"], "compress", axis=0),
+             N("Shrink", ["x"], ["o_shrink"], "shrink"), N("Round", ["x"], ["o_round"], "round"),
+             N("Dropout", ["x"], ["o_drop"], "dropout"), N("Reshape", ["x", "rs"], ["o_reshape"], "reshape")]
+    outs = [vi(o, I64 if o == "o_shape" else B if o == "o_isnan" else H) for n in nodes for o in n.output]
+    c.append(("h25_fp16_kernels_untouched", save("h25_fp16_kernels_untouched", nodes,
+              [vi("x", H, [2, 4]), vi("x2", H, [2, 4])], outs,
+              [init("gi", i64(0)), init("st", i64(0)), init("en", i64(1)), init("shp", i64(2, 4)), init("ax", i64(0)),
+               init("lo", np.array(0, np.float16)), init("hi", np.array(1, np.float16)), init("g1", h16(4)),
+               init("b1", h16(4)), init("ge", np.zeros((1, 4), np.int64)), init("cm", np.array([True, False])),
+               init("rs", i64(8))])))
     # h20: diamond where two kernel-less nodes share a consumer that is also kernel-less (token numbering)
     c.append(("h20_diamond", save("h20_diamond", [
         N("Sigmoid", ["x"], ["a"], "sa"), N("Sigmoid", ["x"], ["b"], "sb"), N("Add", ["a", "b"], ["c"], "add"),
@@ -935,6 +990,9 @@ def main(argv):
         cases = [c for c in cases if any(a in c[0] for a in argv)]
     results = []
     for name, path, flag in cases:
+        if isinstance(flag, tuple):
+            results.append((name, check(name, path, sim_path=flag[1], counter_start=flag[2])))
+            continue
         results.append((name, check(name, path, expect_error=(flag == "error") or (flag == "inline" and flag))))
     print("=" * 110)
     for name, ok in results:

@@ -32,6 +32,7 @@ from onnx import numpy_helper
 
 from qdqopt.graph.order import ort_topological_order
 from qdqopt.graph.schema import OpSchema, lookup, normalize_domain
+from qdqopt.graph.stdhash import StdUnorderedMap
 
 __all__ = ["Edge", "Graph", "Node"]
 
@@ -64,6 +65,12 @@ class Node:
     implicit_inputs: list[str] = field(default_factory=list)
     since_version: int | None = None
     original: onnx.NodeProto | None = None
+    #: ORT's ``NodeAttributes`` is a ``std::unordered_map``: this mirrors its iteration (= saved) order.
+    attr_map: StdUnorderedMap = field(default_factory=StdUnorderedMap)
+
+    def attribute_order(self) -> list[str]:
+        """Attribute names in the order ORT writes them."""
+        return [k for k in self.attr_map if k in self.attributes]
 
     @property
     def qualified_op(self) -> str:
@@ -112,6 +119,8 @@ class Graph:
         # initializers, in ORT's graph_proto_->initializer() order
         self._init_order: list[str] = []
         self._inits: dict[str, onnx.TensorProto] = {}
+        # ``name_to_initial_tensor_``: a std::unordered_map whose iteration order decides removal order.
+        self._init_map = StdUnorderedMap()
         self._arrays: dict[str, np.ndarray] = {}
         self.sparse_initializers: list[onnx.SparseTensorProto] = []
         # names
@@ -161,9 +170,14 @@ class Graph:
         ep: str = "",
         subgraphs: dict[str, Graph] | None = None,
         original: onnx.NodeProto | None = None,
+        attr_map: StdUnorderedMap | None = None,
         mark_modified: bool = True,
     ) -> Node:
-        """``Graph::AddNode``: append a node with the next index and wire its edges."""
+        """``Graph::AddNode``: append a node with the next index and wire its edges.
+
+        ``attr_map`` is the attribute map to copy (for a node made from another node's attributes); without it the
+        attributes are inserted into a fresh map in the order given, as a pass filling a ``NodeAttributes`` does.
+        """
         node = Node(
             index=self._next_index,
             name=name,
@@ -177,6 +191,10 @@ class Graph:
             subgraphs=dict(subgraphs or {}),
             original=original,
         )
+        if attr_map is not None:
+            node.attr_map = attr_map.copy()
+        else:
+            node.attr_map.update(node.attributes)
         self._next_index += 1
         self._nodes[node.index] = node
         self._nx.add_node(node.index)
@@ -204,6 +222,18 @@ class Graph:
         self._nx.remove_node(node.index)
         del self._nodes[node.index]
         self.modified = True
+
+    def set_attribute(self, node: Node, attr: onnx.AttributeProto) -> None:
+        """Add or replace an attribute (``node.AddAttributeProto``)."""
+        node.attributes[attr.name] = attr
+        node.attr_map.insert(attr.name)
+        self.modified = True
+
+    def remove_attribute(self, node: Node, name: str) -> None:
+        """``node.ClearAttribute``."""
+        if node.attributes.pop(name, None) is not None:
+            node.attr_map.erase(name)
+            self.modified = True
 
     def set_input(self, node: Node, slot: int, value: str) -> None:
         """Point input ``slot`` of ``node`` at ``value`` (extending the input list if needed)."""
@@ -308,17 +338,25 @@ class Graph:
             raise ValueError(f"initializer {name!r} already exists")
         self._inits[name] = tensor
         self._init_order.append(name)
+        self._init_map.insert(name)
         self._known(name)
         self.modified = True
 
     def remove_initializer(self, name: str) -> None:
-        """``Graph::RemoveInitializedTensor``: swap with the last entry, then drop the last."""
+        """``Graph::RemoveInitializedTensor``.
+
+        In the main graph the entry is swapped with the last one and the last is dropped; a subgraph keeps the
+        order of the others (both observed on ORT 1.32.0).
+        """
         index = self._init_order.index(name)
         last = len(self._init_order) - 1
-        if index < last:
+        if self.parent is None and index < last:
             self._init_order[index], self._init_order[last] = self._init_order[last], self._init_order[index]
-        self._init_order.pop()
+            self._init_order.pop()
+        else:
+            del self._init_order[index]
         del self._inits[name]
+        self._init_map.erase(name)
         self._arrays.pop(name, None)
 
     # ------------------------------------------------------------------ names
@@ -363,16 +401,20 @@ class Graph:
                 for attr_name, default in schema.defaults():
                     if attr_name not in node.attributes:
                         node.attributes[attr_name] = default
+                        node.attr_map.insert(attr_name)
             for sub in node.subgraphs.values():
                 sub.fill_default_attributes()
 
     def unused_initializers(self) -> list[str]:
-        """Initializers no node, subgraph or graph output uses and no graph input overrides (ORT's erase list)."""
+        """Initializers no node, subgraph or graph output uses and no graph input overrides (ORT's erase list).
+
+        In ``name_to_initial_tensor_`` iteration order, which is the order ORT removes them in.
+        """
         used: set[str] = {o.name for o in self.outputs} | {i.name for i in self.inputs}
         for node in self._nodes.values():
             used.update(node.inputs)
             used.update(node.implicit_inputs)
-        return [name for name in self._init_order if name not in used]
+        return [name for name in self._init_map if name not in used]
 
     def resolve(self) -> list[str]:
         """The parts of ``Graph::Resolve`` that change what is saved: defaults, unused initializers and untyped values.

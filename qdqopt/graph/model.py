@@ -33,6 +33,7 @@ from onnx import numpy_helper, shape_inference
 from qdqopt.errors import ModelError
 from qdqopt.graph.core import Graph, Node
 from qdqopt.graph.schema import normalize_domain
+from qdqopt.graph.stdhash import StdUnorderedMap
 
 __all__ = ["Model", "load_model", "save_model"]
 
@@ -139,6 +140,10 @@ def _build_graph(
             continue
         graph.original_nodes.append(node_proto)
         attrs = {a.name: copy.deepcopy(a) for a in node_proto.attribute}
+        # ORT fills a reserved map in proto order, then copies it into the node (same iteration order).
+        attr_map = StdUnorderedMap()
+        attr_map.reserve(len(node_proto.attribute))
+        attr_map.update(a.name for a in node_proto.attribute)
         node = graph.add_node(
             node_proto.name,
             node_proto.op_type,
@@ -148,6 +153,7 @@ def _build_graph(
             attributes=attrs,
             doc_string=node_proto.doc_string,
             original=node_proto,
+            attr_map=attr_map,
         )
         for attr in node_proto.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
@@ -252,7 +258,11 @@ def _infer_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     except Exception:
         return {}
     g = inferred.graph
-    return {v.name: v.type for v in [*g.value_info, *g.output, *g.input]}
+    types: dict[str, onnx.TypeProto] = {}
+    for v in [*g.input, *g.output, *g.value_info]:  # inferred value_info last: it knows most
+        if v.HasField("type") and (not v.type.HasField("tensor_type") or v.type.tensor_type.elem_type):
+            types[v.name] = v.type
+    return types
 
 
 # ----------------------------------------------------------------------------------------------------------- saving
@@ -430,7 +440,8 @@ def node_to_proto(node: Node, types: dict[str, onnx.TypeProto] | None = None) ->
         proto.domain = node.domain
     if node.doc_string:
         proto.doc_string = node.doc_string
-    proto.attribute.extend(_with_subgraphs(node, list(node.attributes.values()), types or {}))
+    ordered = [node.attributes[name] for name in node.attribute_order()]
+    proto.attribute.extend(_with_subgraphs(node, ordered, types or {}))
     proto.input.extend(node.inputs)
     proto.output.extend(node.outputs)
     return proto

@@ -37,7 +37,7 @@ class OpSchema:
     attribute_defaults: tuple[tuple[str, onnx.AttributeProto | None], ...]
 
     def defaults(self) -> list[tuple[str, onnx.AttributeProto]]:
-        """Attributes that have a default value, in the registry's order (sorted by name, as ORT's std::map)."""
+        """Attributes that have a default value, in the order ORT's Resolve adds them (its schema map's order)."""
         return [(name, proto) for name, proto in self.attribute_defaults if proto is not None]
 
 
@@ -57,7 +57,8 @@ def _registry() -> dict[tuple[str, str], list[OpSchema]]:
 
     table: dict[tuple[str, str], list[OpSchema]] = {}
     for s in ort_c.get_all_operator_schema():
-        attrs = tuple((name, _parse_default(attr._default_value)) for name, attr in sorted(s.attributes.items()))
+        # The pybind dict keeps the C++ schema map's iteration order, which is the order Resolve fills defaults in.
+        attrs = tuple((name, _parse_default(attr._default_value)) for name, attr in s.attributes.items())
         schema = OpSchema(normalize_domain(s.domain), s.name, int(s.since_version), bool(s.deprecated), attrs)
         table.setdefault((schema.domain, schema.op_type), []).append(schema)
     for versions in table.values():

@@ -80,6 +80,7 @@ def _duplicate_for_edge(graph: Graph, dq: Node, edge: Edge) -> None:
         [new_output],
         domain=dq.domain,
         attributes=dict(dq.attributes),
+        attr_map=dq.attr_map,
         doc_string=DOC,
         ep=dq.ep,
     )
