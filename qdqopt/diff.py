@@ -25,6 +25,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -401,6 +402,58 @@ def _compare_numbers(
     return ok
 
 
+# ----------------------------------------------------------------------------------------------------------- P
+def _parts(message: Any, prefix: str = "") -> dict[str, bytes]:
+    """Serialized pieces of a message: one per scalar field, one per element of a repeated field (recursing into
+    the graph and into nodes' attributes), so that the first differing piece can be named."""
+    out: dict[str, bytes] = {}
+    for fd, value in message.ListFields():
+        name = f"{prefix}{fd.name}"
+        if isinstance(value, (str, bytes, int, float, bool)):
+            out[name] = repr(value).encode()
+        elif hasattr(value, "ListFields"):
+            out.update(_parts(value, name + "."))
+        else:
+            for i, item in enumerate(value):
+                label = f"{name}[{i}]"
+                if hasattr(item, "ListFields"):
+                    out[label] = item.SerializeToString()
+                else:
+                    out[label] = repr(item).encode()
+    return out
+
+
+def _first_byte_differences(ours: onnx.ModelProto, ref: onnx.ModelProto) -> list[Difference]:
+    a, b = _parts(ours), _parts(ref)
+    found: list[Difference] = []
+    keys = list(dict.fromkeys([*a, *b]))
+    for key in keys:
+        if a.get(key) != b.get(key):
+            if key not in a or key not in b:
+                what = "present only in " + ("qdqopt's" if key in a else "ORT's") + " output"
+            else:
+                what = _explain_bytes(key, a[key], b[key], ours, ref)
+            found.append(Difference("P", key, what))
+            if len(found) >= MAX_REPORTED:
+                break
+    return found
+
+
+def _explain_bytes(key: str, x: bytes, y: bytes, ours: onnx.ModelProto, ref: onnx.ModelProto) -> str:
+    if key.startswith("graph.node["):
+        na, nb = onnx.NodeProto.FromString(x), onnx.NodeProto.FromString(y)
+        order_a, order_b = [t.name for t in na.attribute], [t.name for t in nb.attribute]
+        if order_a != order_b and sorted(order_a) == sorted(order_b):
+            return f"attribute order {order_a} vs ORT {order_b}"
+        return f"{_qual(na)} {na.name!r} serialized differently"
+    if key.startswith("graph.initializer["):
+        ta, tb = onnx.TensorProto.FromString(x), onnx.TensorProto.FromString(y)
+        if ta.name != tb.name:
+            return f"initializer order: {ta.name!r} where ORT has {tb.name!r}"
+        return f"initializer {ta.name!r} encoded differently (raw_data vs typed fields?)"
+    return "serialized differently (order or field presence)"
+
+
 # ----------------------------------------------------------------------------------------------------------- API
 def compare(
     ours: onnx.ModelProto,
@@ -424,8 +477,6 @@ def compare(
     if "P" in wanted:
         same = ours.SerializeToString() == ref.SerializeToString()
         report.verdict["P"] = same
-        if not same and report.verdict.get("X"):
-            report.differences.append(
-                Difference("P", "serialized bytes", "differ (attribute or initializer order, or field presence)")
-            )
+        if not same:
+            report.differences.extend(_first_byte_differences(ours, ref))
     return report

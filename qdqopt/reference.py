@@ -22,7 +22,7 @@ import onnx
 from qdqopt.errors import ReferenceError
 from qdqopt.levels import Level, parse_level
 
-__all__ = ["ReferenceRun", "TraceLine", "run_reference"]
+__all__ = ["ReferenceRun", "TraceLine", "check_accepted", "run_reference"]
 
 _LOG_LINE = re.compile(r"GraphTransformer (\S+) modified: ([01])")
 _FD_LOCK = threading.Lock()
@@ -46,6 +46,22 @@ class ReferenceRun:
     model: onnx.ModelProto
     trace: list[TraceLine] = field(default_factory=list)
     log: str = ""
+
+
+_ORT_ERROR = re.compile(r"\[ONNXRuntimeError\] : \d+ : (\w+) : ")
+
+
+def _ort_message(exc: BaseException) -> str:
+    """The useful tail of an ORT exception: the last '[ONNXRuntimeError] : N : CODE : message', first line."""
+    text = str(exc).strip()
+    if not text:
+        return exc.__class__.__name__
+    parts = _ORT_ERROR.split(text)
+    if len(parts) >= 3:
+        code, message = parts[-2], parts[-1].strip()
+        # drop "Load model from <path> failed:<source location> <signature>" prefixes
+        return f"{code}: {message.splitlines()[0]}"
+    return text.splitlines()[0]
 
 
 @contextlib.contextmanager
@@ -100,10 +116,14 @@ def run_reference(
             else:
                 ort.InferenceSession(source, so, **kwargs)
         except Exception as exc:
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-            raise ReferenceError(f"ONNX Runtime rejected the model: {message}") from exc
+            raise ReferenceError(f"ONNX Runtime rejected the model: {_ort_message(exc)}") from exc
         if not out_path.exists():
             raise ReferenceError("ONNX Runtime did not write an optimized model")
         saved = onnx.load(str(out_path), load_external_data=False)
     trace = [TraceLine(name, flag == "1") for name, flag in _LOG_LINE.findall(text)]
     return ReferenceRun(model=saved, trace=trace, log=text)
+
+
+def check_accepted(model: str | os.PathLike[str] | onnx.ModelProto) -> None:
+    """Raise :class:`ReferenceError` if ORT's CPU EP cannot create a session for the model at all."""
+    run_reference(model, Level.DISABLE_ALL, config={"session.disable_quant_qdq": "1"}, capture_log=False)

@@ -123,6 +123,7 @@ class Graph:
         self._init_map = StdUnorderedMap()
         self._arrays: dict[str, np.ndarray] = {}
         self.sparse_initializers: list[onnx.SparseTensorProto] = []
+        self.metadata_props: list[onnx.StringStringEntryProto] = []
         # names
         self._known_values: set[str] = set()
         self._untyped_values: set[str] = set()

@@ -7,15 +7,17 @@ Load-time normalisation (ORT's ``Graph`` constructor and first ``Resolve``, spec
 * Initializers stored in typed fields (``float_data``, ``int32_data``...) of 128 bytes or more are re-encoded as
   ``raw_data`` (ORT moves them into OrtValues and writes them back raw). Smaller ones, raw ones, strings and
   external-data references are kept as they are.
-* Unused initializers are removed (swap-with-last in the initializer list), in every graph and subgraph.
+* Unused initializers are removed: in the order of ORT's ``name_to_initial_tensor_`` map, swap-with-last in the
+  main graph's initializer list, keeping the order in a subgraph's.
 * Schema-default attributes are filled in memory; they reach the saved file only if the graph was modified.
 
-Saving (``Graph::ToGraphProto``): a graph no pass modified is written with its input's nodes, in input order, with
-their attributes as they were; a modified graph is regenerated: nodes in ORT's topological order with every schema
-default, inputs/outputs as NodeArgs (name and type only), value_info limited to the input's entries whose tensors
-still exist, sorted by name (plus, in a subgraph, the outer-scope values it reads). The model keeps its IR version
-and producer; its opset imports gain every domain of ORT's registry that it lacked; its metadata comes out in the
-iteration order of ORT's ``std::unordered_map``.
+Saving (``Graph::ToGraphProto``). If no pass modified any graph of the model, every graph is written with its input's
+nodes, in input order, with their attributes and metadata as they were. If any graph was modified, ORT regenerates
+all of them: nodes in ORT's topological order with every schema default (attributes in ``NodeAttributes`` map
+order), no metadata, inputs/outputs as NodeArgs (name and type, refined by inference), and value_info made of the
+input's entries whose tensors still exist plus the node outputs that subgraphs read, sorted by name. The model
+keeps its IR version and producer; its opset imports gain every domain of ORT's registry that it lacked; its
+metadata comes out in the iteration order of ORT's ``std::unordered_map``.
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ def _build_graph(
     graph.outputs = [copy.deepcopy(v) for v in gp.output]
     graph.value_info = [copy.deepcopy(v) for v in gp.value_info]
     graph.sparse_initializers = [copy.deepcopy(s) for s in gp.sparse_initializer]
+    graph.metadata_props = [copy.deepcopy(p) for p in gp.metadata_props]
     for tensor in gp.initializer:
         graph.add_initializer(_normalise_initializer(tensor))
     for node_proto in gp.node:
@@ -277,8 +280,18 @@ def save_model(model: Model) -> onnx.ModelProto:
     for key, value in saved_metadata(model.header):
         entry = out.metadata_props.add()
         entry.key, entry.value = key, value
-    out.graph.CopyFrom(save_graph(model.graph, model.value_types))
+    regenerate = any_modified(model.graph)
+    out.graph.CopyFrom(save_graph(model.graph, model.value_types, regenerate=regenerate))
     return out
+
+
+def any_modified(graph: Graph) -> bool:
+    """Whether a pass modified this graph or any graph nested in it.
+
+    ORT then regenerates every graph of the model when saving (observed on 1.32.0: a change inside an If branch
+    re-serialises the main graph with schema defaults, and a change in the main graph re-serialises the branches).
+    """
+    return graph.modified or any(any_modified(sub) for _, _, sub in graph.subgraphs())
 
 
 def missing_opsets(present: set[str]) -> list[tuple[str, int]]:
@@ -308,14 +321,18 @@ def saved_metadata(header: onnx.ModelProto) -> list[tuple[str, str]]:
     return [(k, entries[k]) for k in iteration_order(list(entries))]
 
 
-def save_graph(graph: Graph, value_types: dict[str, onnx.TypeProto] | None = None) -> onnx.GraphProto:
-    """``Graph::ToGraphProto`` for one graph (recursing into subgraphs)."""
+def save_graph(
+    graph: Graph, value_types: dict[str, onnx.TypeProto] | None = None, *, regenerate: bool | None = None
+) -> onnx.GraphProto:
+    """``Graph::ToGraphProto`` for one graph (recursing into subgraphs with the same ``regenerate`` decision)."""
     types = value_types or {}
+    regen = any_modified(graph) if regenerate is None else regenerate
     gp = onnx.GraphProto()
     gp.name = graph.name
-    if graph.modified or graph.doc_string_present:
+    if regen or graph.doc_string_present:
         gp.doc_string = graph.doc_string
-    if not graph.modified:
+    if not regen:
+        gp.metadata_props.extend(graph.metadata_props)
         gp.input.extend(graph.inputs)
         gp.output.extend(graph.outputs)
         gp.value_info.extend(graph.value_info)
@@ -328,12 +345,16 @@ def save_graph(graph: Graph, value_types: dict[str, onnx.TypeProto] | None = Non
         kept = sorted(
             (v for v in graph.value_info if v.name in live and _still_used(graph, v.name)), key=lambda v: v.name
         )
-        gp.value_info.extend(_bare_value_info(v, types) for v in kept)
-        if graph.parent is not None:
-            for name in graph.outer_scope_values():
-                gp.value_info.append(_outer_value_info(graph.parent, name, types))
+        # node outputs that subgraphs read from this graph also get an entry
+        listed = {v.name for v in kept}
+        extra = [
+            onnx.ValueInfoProto(name=name) for name in sorted(_outputs_read_by_subgraphs(graph)) if name not in listed
+        ]
+        entries = [_bare_value_info(v, types) for v in kept]
+        entries += [_outer_value_info(graph, v.name, types) for v in extra]
+        gp.value_info.extend(sorted(entries, key=lambda v: v.name))
         for node in graph.topological_order():
-            gp.node.append(node_to_proto(node, types))
+            gp.node.append(node_to_proto(node, types, regenerate=True))
     for name in graph.initializer_names():
         tensor = graph.initializer(name)
         assert tensor is not None
@@ -346,6 +367,13 @@ def _still_used(graph: Graph, name: str) -> bool:
     if graph.is_initializer(name) or graph.producer(name) is not None or graph.is_graph_output(name):
         return True
     return any(i.name == name for i in graph.inputs) or bool(graph.consumers(name))
+
+
+def _outputs_read_by_subgraphs(graph: Graph) -> set[str]:
+    out: set[str] = set()
+    for node in graph.nodes():
+        out.update(v for v in node.implicit_inputs if graph.producer(v) is not None)
+    return out
 
 
 def _outer_value_info(parent: Graph, name: str, types: dict[str, onnx.TypeProto]) -> onnx.ValueInfoProto:
@@ -405,14 +433,14 @@ def _merge_type(declared: onnx.TypeProto | None, inferred: onnx.TypeProto | None
 
 
 def _with_subgraphs(
-    node: Node, attrs: list[onnx.AttributeProto], types: dict[str, onnx.TypeProto]
+    node: Node, attrs: list[onnx.AttributeProto], types: dict[str, onnx.TypeProto], regenerate: bool
 ) -> list[onnx.AttributeProto]:
     out = []
     for attr in attrs:
         if attr.type == onnx.AttributeProto.GRAPH and attr.name in node.subgraphs:
             fresh = onnx.AttributeProto()
             fresh.CopyFrom(attr)
-            fresh.g.CopyFrom(save_graph(node.subgraphs[attr.name], types))
+            fresh.g.CopyFrom(save_graph(node.subgraphs[attr.name], types, regenerate=regenerate))
             out.append(fresh)
         else:
             out.append(attr)
@@ -425,13 +453,15 @@ def _original_node_proto(node: Node, types: dict[str, onnx.TypeProto]) -> onnx.N
         return node.original
     proto = onnx.NodeProto()
     proto.CopyFrom(node.original)
-    attrs = _with_subgraphs(node, list(proto.attribute), types)
+    attrs = _with_subgraphs(node, list(proto.attribute), types, False)
     proto.ClearField("attribute")
     proto.attribute.extend(attrs)
     return proto
 
 
-def node_to_proto(node: Node, types: dict[str, onnx.TypeProto] | None = None) -> onnx.NodeProto:
+def node_to_proto(
+    node: Node, types: dict[str, onnx.TypeProto] | None = None, *, regenerate: bool = True
+) -> onnx.NodeProto:
     """``Node::ToProto``: name, op, domain, doc string, attributes (with updated subgraphs), inputs, outputs."""
     proto = onnx.NodeProto()
     proto.name = node.name
@@ -441,7 +471,7 @@ def node_to_proto(node: Node, types: dict[str, onnx.TypeProto] | None = None) ->
     if node.doc_string:
         proto.doc_string = node.doc_string
     ordered = [node.attributes[name] for name in node.attribute_order()]
-    proto.attribute.extend(_with_subgraphs(node, ordered, types or {}))
+    proto.attribute.extend(_with_subgraphs(node, ordered, types or {}, regenerate))
     proto.input.extend(node.inputs)
     proto.output.extend(node.outputs)
     return proto

@@ -1,0 +1,276 @@
+"""The ``qdqopt`` command line.
+
+Commands::
+
+    qdqopt optimize IN -o OUT [--level L] [--disable NAME]... [--config KEY=VALUE]...
+    qdqopt passes [--level L] [--config KEY=VALUE]...
+    qdqopt trace IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--ort]
+    qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--strict]
+    qdqopt demo
+
+Bad input (a missing file, a file that is not ONNX, a model ORT rejects, an unknown level) prints one line on
+stderr and exits with code 2. Warnings (an unknown pass name or config key, which ORT would silently ignore) go to
+stderr too. Output files are written atomically; the input file is never modified.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+import onnx
+
+from qdqopt import __version__
+from qdqopt.api import run
+from qdqopt.compare import compare_level
+from qdqopt.config import SessionConfig
+from qdqopt.errors import QdqoptError
+from qdqopt.graph.model import read_model_proto
+from qdqopt.levels import PASSES, Level, parse_level, registered_passes
+from qdqopt.passes import RULES, TRANSFORMERS
+from qdqopt.reference import check_accepted
+from qdqopt.target import Target
+
+__all__ = ["main"]
+
+EXIT_DIFF = 1
+EXIT_USAGE = 2
+
+
+def _config(items: Sequence[str] | None) -> dict[str, str]:
+    return SessionConfig.from_mapping(list(items or ())).as_dict()
+
+
+def _op_counts(model: onnx.ModelProto) -> collections.Counter[str]:
+    counts: collections.Counter[str] = collections.Counter()
+    for node in model.graph.node:
+        counts[node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"] += 1
+    return counts
+
+
+def _op_table(before: onnx.ModelProto, after: onnx.ModelProto) -> list[str]:
+    a, b = _op_counts(before), _op_counts(after)
+    ops = sorted(set(a) | set(b), key=lambda k: (-a.get(k, 0), k))
+    width = max([len(k) for k in ops] + [2])
+    lines = [f"  {'op':<{width}}  {'in':>5}  {'out':>5}"]
+    for op in ops:
+        mark = "" if a[op] == b[op] else f"  ({b[op] - a[op]:+d})"
+        lines.append(f"  {op:<{width}}  {a[op]:>5}  {b[op]:>5}{mark}")
+    return lines
+
+
+def _write_atomic(model: onnx.ModelProto, path: Path) -> None:
+    path = path.resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(model.SerializeToString())
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ------------------------------------------------------------------------------------------------------ commands
+def cmd_optimize(args: argparse.Namespace) -> int:
+    source = Path(args.input)
+    out = Path(args.output)
+    if source.exists() and out.exists() and source.resolve() == out.resolve():
+        raise QdqoptError(f"{out}: refusing to overwrite the input model")
+    before, _ = read_model_proto(source)
+    check_accepted(source)
+    result = run(source, args.level, disabled=args.disable or (), config=_config(args.config))
+    _write_atomic(result.model, out)
+    print(f"qdqopt {__version__}: {source} -> {out} at {result.level.ort_name}")
+    print("\n".join(_op_table(before, result.model)))
+    fired = [e for e in result.pipeline.trace if e.modified]
+    print(f"passes that modified the graph: {', '.join(dict.fromkeys(e.name for e in fired)) or 'none'}")
+    if result.unimplemented:
+        print(f"not implemented in qdqopt (skipped; ORT would run them): {', '.join(result.unimplemented)}")
+    return 0
+
+
+def cmd_passes(args: argparse.Namespace) -> int:
+    level = parse_level(args.level)
+    cfg = SessionConfig.from_mapping(list(args.config or ()))
+    target = Target.detect()
+    active = {(spec.name, spec.stage): rules for spec, rules in registered_passes(level, cfg, target, set())}
+    print(
+        f"ORT 1.32 CPU passes at {level.ort_name} (target {target.machine}, int8 allowed: "
+        f"{target.with_config(cfg).int8_allowed}, NCHWc block {target.nchwc_block_size})"
+    )
+    print(f"  {'#':>3}  {'name':<42} {'level':<9} {'once':<5} {'impl':<5} gated by")
+    n = 0
+    for spec in PASSES:
+        key = (spec.name, spec.stage)
+        if key not in active and not args.all:
+            continue
+        if key not in active and spec.stage not in ("L0", "L1", "L2", "L3", "L4", "pre", "loop", "post"):
+            continue
+        n += 1
+        registered = key in active
+        impl = "rules" if spec.rules else ("yes" if spec.name in TRANSFORMERS else "no")
+        gate = spec.gate_text + ("" if registered else "  [not registered for this session]")
+        print(f"  {n:>3}  {spec.name:<42} {spec.level_label:<9} {'yes' if spec.apply_once else '':<5} {impl:<5} {gate}")
+        for rule in spec.rules:
+            kept = registered and rule in active[key]
+            note = rule.gate_text + ("" if kept or not registered else "  [not registered]")
+            print(f"       - {rule.name:<40} {'rule':<9} {'':<5} {'yes' if rule.name in RULES else 'no':<5} {note}")
+    return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    result = run(args.input, args.level, disabled=args.disable or (), config=_config(args.config))
+    ort_lines: list[str] | None = None
+    if args.ort:
+        from qdqopt.reference import run_reference
+
+        ref = run_reference(args.input, result.level, config=_config(args.config), disabled=args.disable or ())
+        ort_lines = [str(t) for t in ref.trace]
+    print(f"trace of {args.input} at {result.level.ort_name}")
+    last_stage = None
+    for i, entry in enumerate(result.pipeline.trace):
+        stage = entry.stage if entry.stage in ("pre", "loop", "post") else f"{entry.stage} step {entry.step + 1}"
+        if stage != last_stage:
+            print(f"[{stage}]")
+            last_stage = stage
+        delta = " ".join(f"{k} {v:+d}" for k, v in entry.op_delta.items())
+        note = "" if entry.implemented else "  (not implemented in qdqopt: skipped)"
+        check = ""
+        if ort_lines is not None:
+            check = "  ok" if i < len(ort_lines) and ort_lines[i] == entry.ort_line() else "  <> ORT"
+        print(f"  {entry.ort_line()}{('   ' + delta) if delta else ''}{note}{check}")
+    if ort_lines is not None:
+        same = ort_lines == result.pipeline.ort_lines()
+        print(
+            f"ORT logged {len(ort_lines)} transformer lines; qdqopt {len(result.pipeline.trace)}: "
+            f"{'identical' if same else 'DIFFERENT'}"
+        )
+        if not same:
+            for i, line in enumerate(ort_lines):
+                ours = result.pipeline.ort_lines()
+                if i >= len(ours) or ours[i] != line:
+                    print(f"  first difference at line {i + 1}: ORT {line!r}")
+                    break
+            return EXIT_DIFF
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    levels = list(Level) if args.all_levels else [parse_level(args.level)]
+    cfg = _config(args.config)
+    worst = 0
+    print(f"qdqopt vs ORT on {args.input}" + (f" with {cfg}" if cfg else ""))
+    for level in levels:
+        comp = compare_level(args.input, level, config=cfg, disabled=args.disable or (), strict=args.strict)
+        rep = comp.report
+        flags = "  ".join(f"{t}:{'-' if v is None else ('ok' if v else 'DIFF')}" for t, v in rep.verdict.items())
+        trace = "trace: same" if comp.trace_matches else "trace: DIFFERENT"
+        print(f"{level.ort_name:<20} tier {rep.tier:<2}  [{flags}]  {trace}")
+        if comp.auto_disabled:
+            print(f"    disabled on both sides (not implemented yet): {', '.join(comp.auto_disabled)}")
+        for diff in rep.differences[: args.max_lines]:
+            print(f"    {diff}")
+        if not rep.holds("X") or not comp.trace_matches:
+            worst = EXIT_DIFF
+    return worst
+
+
+def example_model() -> Path:
+    """The bundled example: the PT2E-quantized TinyConvNet."""
+    return Path(str(resources.files("qdqopt") / "examples" / "tinyconvnet_pt2e.onnx"))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    model = example_model()
+    print(f"Bundled example: {model.name} (TinyConvNet, PT2E XNNPACK int8, torch.onnx.export dynamo)\n")
+    trace_args = argparse.Namespace(input=str(model), level="all", disable=None, config=None, ort=False)
+    cmd_trace(trace_args)
+    print()
+    status = 0
+    for config in ([], ["session.qdqisint8allowed=1"]):
+        diff_args = argparse.Namespace(
+            input=str(model), level="all", all_levels=True, config=config, disable=None, strict=False, max_lines=3
+        )
+        status = max(status, cmd_diff(diff_args))
+        print()
+    return status
+
+
+# ---------------------------------------------------------------------------------------------------------- main
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="qdqopt", description="See, toggle and test ORT's QDQ graph rewrites.")
+    parser.add_argument("--version", action="version", version=f"qdqopt {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser, *, disable: bool = True) -> None:
+        p.add_argument("--level", "-l", default="all", help="0/1/2/3/99, disable_all|basic|extended|layout|all")
+        p.add_argument("--config", "-c", action="append", metavar="KEY=VALUE", help="session config entry")
+        if disable:
+            p.add_argument("--disable", "-d", action="append", metavar="NAME", help="transformer or rule to disable")
+
+    p = sub.add_parser("optimize", help="write the model qdqopt's ORT passes produce")
+    p.add_argument("input")
+    p.add_argument("-o", "--output", required=True)
+    common(p)
+    p.set_defaults(func=cmd_optimize)
+
+    p = sub.add_parser("passes", help="list ORT's passes for a level, in order, and which qdqopt implements")
+    common(p, disable=False)
+    p.add_argument("--all", action="store_true", help="also list passes not registered for this session")
+    p.set_defaults(func=cmd_passes)
+
+    p = sub.add_parser("trace", help="print each pass and whether it modified the graph, as ORT's INFO log does")
+    p.add_argument("input")
+    common(p)
+    p.add_argument("--ort", action="store_true", help="also run ORT and check its log line by line")
+    p.set_defaults(func=cmd_trace)
+
+    p = sub.add_parser("diff", help="compare qdqopt with real ORT at tiers N, S, X (and P: bytes)")
+    p.add_argument("input")
+    common(p)
+    p.add_argument("--all-levels", action="store_true", help="compare at all five levels")
+    p.add_argument("--strict", action="store_true", help="compare against ORT as it is (disable nothing)")
+    p.add_argument("--max-lines", type=int, default=8, help="differences shown per level")
+    p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("demo", help="trace and diff the bundled example model at every level")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            status: int = args.func(args)
+        except QdqoptError as exc:
+            print(f"qdqopt: error: {exc}", file=sys.stderr)
+            status = EXIT_USAGE
+        except KeyboardInterrupt:
+            status = 130
+        except Exception as exc:
+            if os.environ.get("QDQOPT_DEBUG"):
+                raise
+            print(
+                f"qdqopt: internal error: {exc.__class__.__name__}: {exc} (set QDQOPT_DEBUG=1 for a traceback)",
+                file=sys.stderr,
+            )
+            status = 3
+    for warning in caught:
+        print(f"qdqopt: warning: {warning.message}", file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

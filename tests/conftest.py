@@ -1,0 +1,62 @@
+"""Shared test helpers: where the shared corpus is, which of its models ORT accepts, and fixture models on disk."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from pathlib import Path
+
+import onnx
+import pytest
+
+from fixtures import all_fixtures
+from qdqopt.errors import ReferenceError
+from qdqopt.reference import check_accepted
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+
+
+def corpus_models() -> list[Path]:
+    """Every .onnx file of ../shared/corpus (empty when the corpus is not beside the checkout)."""
+    if not CORPUS.is_dir():
+        return []
+    return sorted(CORPUS.rglob("*.onnx"))
+
+
+def corpus_id(path: Path) -> str:
+    return str(path.relative_to(CORPUS))
+
+
+@functools.cache
+def ort_accepts(path: Path) -> bool:
+    """Whether ORT 1.32's CPU EP creates a session for the model (computed live, once per model)."""
+    try:
+        check_accepted(path)
+    except ReferenceError:
+        return False
+    return True
+
+
+def corpus_params() -> list[object]:
+    models = corpus_models()
+    if not models:
+        return [pytest.param(None, marks=pytest.mark.skip(reason=f"shared corpus not found at {CORPUS}"))]
+    return [pytest.param(p, id=corpus_id(p)) for p in models]
+
+
+@functools.cache
+def fixture_model(name: str) -> onnx.ModelProto:
+    for fixture in all_fixtures():
+        if fixture.name == name:
+            return fixture.build()
+    raise KeyError(name)
+
+
+def fixture_names() -> list[str]:
+    return [f.name for f in all_fixtures()]
+
+
+@pytest.fixture(autouse=True)
+def _quiet_warnings() -> None:
+    warnings.simplefilter("default")

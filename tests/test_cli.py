@@ -1,0 +1,125 @@
+"""The command line: bad input gives one line and exit code 2; outputs are atomic; the input is never touched."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+from qdqopt.cli import example_model, main
+from qdqopt.levels import PASSES
+from tests.conftest import CORPUS, fixture_model
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "qdqopt.cli", *args], capture_output=True, text=True, check=False)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    proc = _run("optimize", str(tmp_path / "nope.onnx"), "-o", str(tmp_path / "out.onnx"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "no such file" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_not_onnx(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_text("this is not a model")
+    for command in (["optimize", str(bad), "-o", str(tmp_path / "o.onnx")], ["diff", str(bad)], ["trace", str(bad)]):
+        proc = _run(*command)
+        assert proc.returncode == 2, proc.stderr
+        assert "not an ONNX model" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_model_ort_rejects(tmp_path: Path) -> None:
+    rejected = CORPUS / "openvino" / "quant_dequant_pattern.onnx"
+    if not rejected.exists():
+        pytest.skip("shared corpus not available")
+    out = tmp_path / "o.onnx"
+    proc = _run("optimize", str(rejected), "-o", str(out))
+    assert proc.returncode == 2
+    assert "ONNX Runtime rejected the model" in proc.stderr and proc.stderr.strip().count("\n") == 0
+    assert not out.exists()
+
+
+def test_unknown_level_is_usage_error(tmp_path: Path) -> None:
+    proc = _run("trace", str(example_model()), "--level", "turbo")
+    assert proc.returncode == 2 and "unknown optimization level" in proc.stderr
+
+
+def test_optimize_writes_atomically_and_leaves_input(tmp_path: Path) -> None:
+    src = tmp_path / "in.onnx"
+    src.write_bytes(example_model().read_bytes())
+    before = _digest(src)
+    out = tmp_path / "sub" / "out.onnx"
+    assert main(["optimize", str(src), "-o", str(out), "--level", "disable_all"]) == 0
+    assert _digest(src) == before
+    assert onnx.load(str(out)).graph.node
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out.onnx"]  # no temporary left behind
+    assert main(["optimize", str(src), "-o", str(src)]) == 2  # refuses to overwrite its input
+
+
+def test_unknown_names_warn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "o.onnx"
+    status = main(
+        [
+            "optimize",
+            str(example_model()),
+            "-o",
+            str(out),
+            "-l",
+            "0",
+            "-d",
+            "ReluQuantFusion",
+            "-c",
+            "session.qdqisint8alowed=1",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert status == 0
+    assert "'ReluQuantFusion' is not the name" in err
+    assert "'session.qdqisint8alowed' is not one qdqopt knows" in err
+
+
+def test_passes_lists_every_pass_in_order(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["passes", "--level", "all", "--all"]) == 0
+    text = capsys.readouterr().out
+    positions = []
+    for spec in PASSES:
+        if spec.stage == "L0":
+            continue
+        marker = f"  {spec.name} "
+        start = positions[-1] + 1 if positions else 0
+        found = text.find(marker, start)
+        assert found >= 0, f"{spec.name} missing or out of order"
+        positions.append(found)
+        for rule in spec.rules:
+            assert f"- {rule.name} " in text
+
+
+def test_trace_matches_ort_at_disable_all(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["trace", str(example_model()), "--level", "disable_all", "--ort"]) == 0
+    out = capsys.readouterr().out
+    assert "GraphTransformer EnsureUniqueDQForNodeUnit modified: 1   DequantizeLinear +1" in out
+    assert "identical" in out
+
+
+def test_diff_reports_tiers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "m.onnx"
+    onnx.save(fixture_model("eudq/t2b_same_node_twice_plus_other"), str(model))
+    assert main(["diff", str(model), "--level", "0"]) == 0
+    assert "tier P" in capsys.readouterr().out
+
+
+def test_example_is_the_committed_fixture() -> None:
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "models" / "tinyconvnet_pt2e.onnx"
+    assert example_model().read_bytes() == fixture.read_bytes()
