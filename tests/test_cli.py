@@ -93,7 +93,7 @@ def test_unknown_names_warn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 def test_passes_lists_every_pass_in_order(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["passes", "--level", "all", "--all"]) == 0
     text = capsys.readouterr().out
-    positions = []
+    positions: list[int] = []
     for spec in PASSES:
         if spec.stage == "L0":
             continue

@@ -1,0 +1,142 @@
+"""The graph core against ORT: topological order on random DAGs, names, external data, targets, load/save."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from qdqopt import run
+from qdqopt.diff import compare
+from qdqopt.errors import ModelError
+from qdqopt.graph import Graph, load_model, save_model
+from qdqopt.reference import run_reference
+from qdqopt.target import Target
+
+F = TensorProto.FLOAT
+
+
+def _random_dag(seed: int) -> onnx.ModelProto:
+    """A shuffled random DAG with one DQ shared by several consumers, so that ORT modifies and re-sorts it."""
+    r = random.Random(seed)
+    tensors = ["x1", "x2", "d"]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x1", "s", "z"], ["q"], name="qn"),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], name="dq"),
+    ]
+    for i in range(r.randint(6, 18)):
+        op = r.choice(["Add", "Mul", "Sigmoid", "Neg", "Relu", "Sub"])
+        ins = [r.choice(tensors) for _ in range(2 if op in ("Add", "Mul", "Sub") else 1)]
+        if i < 2 and "d" not in ins:
+            ins[0] = "d"
+        nodes.append(helper.make_node(op, ins, [f"t{i}"], name=f"n{i}"))
+        tensors.append(f"t{i}")
+    used = {x for n in nodes for x in n.input}
+    outs = [t for t in tensors[3:] if t not in used or r.random() < 0.15]
+    r.shuffle(nodes)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x1", F, [2, 3]), helper.make_tensor_value_info("x2", F, [2, 3])],
+        [helper.make_tensor_value_info(o, F, [2, 3]) for o in outs],
+        [
+            numpy_helper.from_array(np.array(0.1, np.float32), "s"),
+            numpy_helper.from_array(np.array(128, np.uint8), "z"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_dag_order_and_names_match_ort(seed: int) -> None:
+    model = _random_dag(seed)
+    ours = run(model, "disable_all").model
+    ref = run_reference(model, "disable_all").model
+    report = compare(ours, ref)
+    assert report.holds("P"), "\n".join(report.lines())
+
+
+def test_name_generator_shares_one_counter() -> None:
+    g = Graph(name="g", opsets={"": 21})
+    g.add_node("n", "Relu", ["a"], ["b"])
+    assert g.generate_value_name("c") == "c"  # free: no token, counter untouched
+    assert g.generate_value_name("b") == "b_token_0"  # existing value
+    assert g.generate_node_name("n") == "n_token_1"  # live node; the counter is shared
+    assert g.generate_node_name("m") == "m"
+    assert g.generate_node_name("m") == "m_token_2"  # generated names stay reserved
+    assert g.generate_value_name("c") == "c_token_3"
+
+
+def test_node_indices_are_never_reused() -> None:
+    g = Graph(name="g", opsets={"": 21})
+    a = g.add_node("a", "Relu", ["x"], ["y"])
+    g.remove_node(a)
+    b = g.add_node("b", "Relu", ["x"], ["z"])
+    assert b.index == 1 and g.node(0) is None
+
+
+def test_output_edges_in_edge_end_compare_order() -> None:
+    g = Graph(name="g", opsets={"": 21})
+    dq = g.add_node("dq", "DequantizeLinear", ["q", "s", "z"], ["d"])
+    g.add_node("late", "Mul", ["d", "d"], ["m"])
+    g.add_node("early", "Sigmoid", ["d"], ["y"])
+    edges = g.output_edges(dq)
+    assert [(e.dst, e.dst_slot) for e in edges] == [(1, 0), (1, 1), (2, 0)]
+
+
+def _external_model(tmp_path: Path, location: str) -> Path:
+    weights = np.arange(64, dtype=np.float32)
+    tensor = numpy_helper.from_array(weights, "w")
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", str(weights.nbytes))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+        "g",
+        [helper.make_tensor_value_info("x", F, [64])],
+        [helper.make_tensor_value_info("y", F, [64])],
+        [tensor],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    folder = tmp_path / "model"
+    folder.mkdir(exist_ok=True)
+    (tmp_path / "outside.bin").write_bytes(weights.tobytes())
+    (folder / "inside.bin").write_bytes(weights.tobytes())
+    path = folder / "m.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def test_external_data_only_from_the_models_folder(tmp_path: Path) -> None:
+    inside = _external_model(tmp_path, "inside.bin")
+    ours = run(inside, "disable_all").model
+    ref = run_reference(inside, "disable_all").model
+    assert compare(ours, ref, base_dir=inside.parent).holds("P")
+    outside = _external_model(tmp_path, "../outside.bin")
+    with pytest.raises(ModelError, match="outside the model's folder"):
+        load_model(outside)
+
+
+def test_load_then_save_is_verbatim_for_unmodified_models() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Sigmoid", ["x"], ["y"], name="s", doc_string="keep me")],
+        "g",
+        [helper.make_tensor_value_info("x", F, [2])],
+        [helper.make_tensor_value_info("y", F, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    saved = save_model(load_model(model))
+    assert saved.graph.node[0] == model.graph.node[0]
+
+
+def test_target_detection_agrees_with_ort() -> None:
+    assert Target.probe().nchwc_block_size == Target.detect().nchwc_block_size
