@@ -143,7 +143,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
             print(f"[{stage}]")
             last_stage = stage
         delta = " ".join(f"{k} {v:+d}" for k, v in entry.op_delta.items())
-        note = "" if entry.implemented else "  (not implemented in qdqopt: skipped)"
+        note = "" if entry.implemented else "  (not implemented: skipped)"
         check = ""
         if ort_lines is not None:
             check = "  ok" if i < len(ort_lines) and ort_lines[i] == entry.ort_line() else "  <> ORT"
@@ -176,7 +176,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
         trace = "trace: same" if comp.trace_matches else "trace: DIFFERENT"
         print(f"{level.ort_name:<20} tier {rep.tier:<2}  [{flags}]  {trace}")
         if comp.auto_disabled:
-            print(f"    disabled on both sides (not implemented yet): {', '.join(comp.auto_disabled)}")
+            names = comp.auto_disabled
+            shown = ", ".join(names if args.verbose or len(names) <= 6 else [*names[:6], "..."])
+            print(f"    disabled on both sides (not implemented yet): {len(names)}: {shown}")
         for diff in rep.differences[: args.max_lines]:
             print(f"    {diff}")
         if not rep.holds("X") or not comp.trace_matches:
@@ -240,6 +242,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--all-levels", action="store_true", help="compare at all five levels")
     p.add_argument("--strict", action="store_true", help="compare against ORT as it is (disable nothing)")
     p.add_argument("--max-lines", type=int, default=8, help="differences shown per level")
+    p.add_argument("--verbose", "-v", action="store_true", help="list every pass disabled on both sides")
     p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("demo", help="trace and diff the bundled example model at every level")

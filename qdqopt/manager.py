@@ -5,12 +5,14 @@ Order of a session:
 1. ``EnsureUniqueDQForNodeUnit`` once (stage ``pre``), unless ``session.disable_quant_qdq=1``;
 2. Level1 (``L1``) with the fixed-point loop: every registered transformer in order; if any modified the graph,
    the whole list runs again (apply-once transformers only in the first step), at most 10 steps;
-3. partitioning: every node is assigned to ``CPUExecutionProvider`` (qdqopt models a CPU-only session);
-4. the optimization loop: Level2, Level3 (each with the fixed-point loop), ``InsertCastTransformer`` (which logs
-   ``RemoveDuplicateCastTransformer`` then ``CastFloat16Transformer``), Level4; it repeats only when a change
-   counts for ``session.graph_optimizations_loop_level`` (1: Level4 changes; 2 or more: any change), at most 10
-   times;
-5. ``MemcpyTransformer``.
+3. partitioning (:func:`qdqopt.partition.partition`): a node is assigned to ``CPUExecutionProvider`` iff a CPU
+   kernel matches its types; the others (fp16 ops without an fp16 kernel) keep the EP ``""``;
+4. the optimization loop: Level2, Level3 (each with the fixed-point loop), ``InsertCastTransformer`` (which runs
+   ``RemoveDuplicateCastTransformer`` at its end, so ORT logs ``RemoveDuplicateCastTransformer`` then
+   ``CastFloat16Transformer``, both with the one shared flag), Level4; it repeats only when a change counts for
+   ``session.graph_optimizations_loop_level`` (1: Level4 changes; 2 or more: any change), at most 10 times;
+5. ``MemcpyTransformer``; then session creation fails (:class:`~qdqopt.errors.ModelError`) if a node is left without
+   a kernel, as ORT's does before it would save the model.
 
 Each run yields a trace: one :class:`TraceEntry` per transformer application, printed like ORT's INFO line
 ``GraphTransformer <name> modified: <0|1>``, with its stage, step and the op-count change it made.
@@ -25,7 +27,9 @@ from dataclasses import dataclass, field
 from qdqopt.config import SessionConfig
 from qdqopt.graph import Graph, Model
 from qdqopt.levels import Level, PassSpec, RuleSpec, registered_passes
+from qdqopt.partition import check_kernels, partition
 from qdqopt.passes import RULES, TRANSFORMERS, GraphTransformer, PassContext, RuleBasedTransformer
+from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCastTransformer
 from qdqopt.target import Target
 
 __all__ = ["MAX_STEPS", "PipelineResult", "TraceEntry", "run_pipeline"]
@@ -85,14 +89,6 @@ def _instantiate(spec: PassSpec, rules: tuple[RuleSpec, ...]) -> GraphTransforme
     return cls() if cls is not None else None
 
 
-def _assign_cpu(graph: Graph) -> None:
-    for node in graph.nodes():
-        if not node.ep:
-            node.ep = "CPUExecutionProvider"
-        for sub in node.subgraphs.values():
-            _assign_cpu(sub)
-
-
 def run_pipeline(
     model: Model,
     level: Level,
@@ -129,6 +125,27 @@ def run_pipeline(
             on_pass(spec.name, graph)
         return modified
 
+    def apply_insert_cast() -> bool:
+        """``InsertCastTransformer``: it inserts its Casts, then runs ``RemoveDuplicateCastTransformer::Apply`` with
+        its own modified flag; so the remover's line is logged first and both lines print that shared flag."""
+        loop = {spec.name: (spec, transformer) for spec, transformer, _ in by_stage.get("loop", [])}
+        if not loop:
+            return False
+        insert_spec, inserter = loop[InsertCastTransformer.name]
+        remove_spec, remover = loop[RemoveDuplicateCastTransformer.name]
+        assert isinstance(inserter, InsertCastTransformer)
+        assert isinstance(remover, RemoveDuplicateCastTransformer)
+        before = op_counts(graph)
+        inserted = inserter.insert_casts(graph, ctx)
+        middle = op_counts(graph)
+        modified = remover.apply_shared(graph, ctx, inserted)
+        after = op_counts(graph)
+        for spec, delta in ((remove_spec, _delta(middle, after)), (insert_spec, _delta(before, middle))):
+            result.trace.append(TraceEntry(spec.name, spec.stage, 0, modified, True, delta if modified else {}))
+            if on_pass is not None:
+                on_pass(spec.name, graph)
+        return modified
+
     def apply_level(stage: str) -> bool:
         entries = by_stage.get(stage, [])
         if not entries:
@@ -149,19 +166,18 @@ def run_pipeline(
         apply(spec, transformer, 0)
     apply_level("L0")
     apply_level("L1")
-    _assign_cpu(graph)
+    partition(graph)
     ctx.partitioned = True
     loop_level = int(cfg.get("session.graph_optimizations_loop_level", "1") or "1")
     for _ in range(MAX_STEPS):
         changed_l2 = apply_level("L2")
         changed_l3 = apply_level("L3")
-        changed_cast = False
-        for spec, transformer, _ in by_stage.get("loop", []):
-            changed_cast = apply(spec, transformer, 0) or changed_cast
+        changed_cast = apply_insert_cast()
         changed_l4 = apply_level("L4")
         again = (loop_level >= 1 and changed_l4) or (loop_level >= 2 and (changed_l2 or changed_l3 or changed_cast))
         if not again:
             break
     for spec, transformer, _ in by_stage.get("post", []):
         apply(spec, transformer, 0)
+    check_kernels(graph)
     return result

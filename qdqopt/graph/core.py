@@ -103,6 +103,7 @@ class Graph:
         self.name = name
         self.doc_string = ""
         self.doc_string_present = False
+        self.ir_version = 10
         self.opsets = opsets
         self.parent = parent
         self.parent_node = parent_node
@@ -116,8 +117,11 @@ class Graph:
         self.inputs: list[onnx.ValueInfoProto] = []
         self.outputs: list[onnx.ValueInfoProto] = []
         self.value_info: list[onnx.ValueInfoProto] = []
+        #: names of the value_info entries ORT keeps (their tensor had a NodeArg after load)
+        self.value_info_names: set[str] = set()
         # initializers, in ORT's graph_proto_->initializer() order
-        self._init_order: list[str] = []
+        self._init_order: list[str] = []  # graph_proto_->initializer(), swap-with-last on removal
+        self._verbatim_order: list[str] = []  # a subgraph saved verbatim keeps its file order (stable removal)
         self._inits: dict[str, onnx.TensorProto] = {}
         # ``name_to_initial_tensor_``: a std::unordered_map whose iteration order decides removal order.
         self._init_map = StdUnorderedMap()
@@ -133,6 +137,9 @@ class Graph:
         # state
         self.modified = False
         self.original_nodes: list[onnx.NodeProto] = []
+        # NodeArg types, as Resolve infers them (filled by qdqopt.partition.infer_types and the passes that type
+        # the values they create)
+        self._types: dict[str, onnx.TypeProto] = {}
 
     # ------------------------------------------------------------------ nodes
     def __len__(self) -> int:
@@ -248,6 +255,8 @@ class Graph:
 
     def set_output(self, node: Node, slot: int, value: str) -> None:
         """Make ``node`` produce ``value`` at ``slot``; consumers of ``value`` get connected to it."""
+        while len(node.outputs) <= slot:
+            node.outputs.append("")
         old = node.outputs[slot]
         if old and self._producer.get(old) == (node.index, slot):
             del self._producer[old]
@@ -306,10 +315,46 @@ class Graph:
         """Every value name this graph knows (ORT's NodeArg map)."""
         return set(self._known_values)
 
+    def has_value(self, name: str) -> bool:
+        """Whether this graph knows a value of that name (``GetNodeArg(name) != nullptr``)."""
+        return name in self._known_values
+
+    # ------------------------------------------------------------------ value types
+    def value_type(self, name: str) -> onnx.TypeProto | None:
+        """The type of the value's NodeArg, or None when unknown.
+
+        A value this graph reads from an enclosing scope has the enclosing graph's type. Types are what
+        :func:`qdqopt.partition.infer_types` inferred, plus what passes set since (:meth:`set_value_type`).
+        """
+        found = self._types.get(name)
+        if found is None and self.parent is not None and not self._defined_here(name):
+            return self.parent.value_type(name)
+        return found
+
+    def set_value_type(self, name: str, type_proto: onnx.TypeProto) -> None:
+        """Give the value's NodeArg a type (``GetOrCreateNodeArg(name, type)``, ``Graph::SetNodeArgType``)."""
+        copied = onnx.TypeProto()
+        copied.CopyFrom(type_proto)
+        self._types[name] = copied
+
     # ------------------------------------------------------------------ initializers
-    def initializer_names(self) -> list[str]:
-        """Initializer names in ORT's saved order."""
+    def initializer_names(self, *, verbatim: bool = False) -> list[str]:
+        """Initializer names in ORT's saved order.
+
+        Removal swaps with the last entry (``RemoveInitializedTensor``), except that a subgraph saved verbatim (no
+        graph of the model modified) shows its file order minus the removed entries (both observed on 1.32.0).
+        """
+        if verbatim and self.parent is not None:
+            return list(self._verbatim_order)
         return list(self._init_order)
+
+    def initializer_map_order(self) -> list[str]:
+        """Initializer names in ``GetAllInitializedTensors()`` (``name_to_initial_tensor_``) iteration order."""
+        return self._init_map.keys()
+
+    def can_override_initializers(self) -> bool:
+        """``Graph::CanOverrideInitializer``: from IR 4 on, an initializer listed as a graph input is overridable."""
+        return self.ir_version >= 4
 
     def initializer(self, name: str) -> onnx.TensorProto | None:
         return self._inits.get(name)
@@ -320,7 +365,7 @@ class Graph:
     def is_constant_initializer(self, name: str, *, check_outer_scope: bool = True) -> bool:
         """An initializer that no graph input can override (``graph_utils::IsConstantInitializer``)."""
         if name in self._inits:
-            return not any(i.name == name for i in self.inputs)
+            return not (self.can_override_initializers() and any(i.name == name for i in self.inputs))
         if check_outer_scope and self.parent is not None and not self._defined_here(name):
             return self.parent.is_constant_initializer(name)
         return False
@@ -339,23 +384,18 @@ class Graph:
             raise ValueError(f"initializer {name!r} already exists")
         self._inits[name] = tensor
         self._init_order.append(name)
+        self._verbatim_order.append(name)
         self._init_map.insert(name)
         self._known(name)
         self.modified = True
 
     def remove_initializer(self, name: str) -> None:
-        """``Graph::RemoveInitializedTensor``.
-
-        In the main graph the entry is swapped with the last one and the last is dropped; a subgraph keeps the
-        order of the others (both observed on ORT 1.32.0).
-        """
+        """``Graph::RemoveInitializedTensor``: the entry is swapped with the last one and the last is dropped."""
         index = self._init_order.index(name)
         last = len(self._init_order) - 1
-        if self.parent is None and index < last:
-            self._init_order[index], self._init_order[last] = self._init_order[last], self._init_order[index]
-            self._init_order.pop()
-        else:
-            del self._init_order[index]
+        self._init_order[index], self._init_order[last] = self._init_order[last], self._init_order[index]
+        self._init_order.pop()
+        self._verbatim_order.remove(name)
         del self._inits[name]
         self._init_map.erase(name)
         self._arrays.pop(name, None)
@@ -406,6 +446,11 @@ class Graph:
             for sub in node.subgraphs.values():
                 sub.fill_default_attributes()
 
+    def record_subgraph_reads(self) -> None:
+        """Resolve adds to ``value_info_`` every node output that a subgraph reads; entries are never dropped."""
+        for node in self._nodes.values():
+            self.value_info_names.update(v for v in node.implicit_inputs if v in self._producer)
+
     def unused_initializers(self) -> list[str]:
         """Initializers no node, subgraph or graph output uses and no graph input overrides (ORT's erase list).
 
@@ -423,6 +468,7 @@ class Graph:
         Returns the names of the initializers removed.
         """
         self.fill_default_attributes()
+        self.record_subgraph_reads()
         removed = self.unused_initializers()
         for name in removed:
             self.remove_initializer(name)

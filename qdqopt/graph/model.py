@@ -123,6 +123,7 @@ def _build_graph(
     gp: onnx.GraphProto, opsets: dict[str, int], ir_version: int, parent: Graph | None, parent_node: Node | None
 ) -> Graph:
     graph = Graph(name=gp.name, opsets=opsets, parent=parent, parent_node=parent_node)
+    graph.ir_version = ir_version
     graph.doc_string = gp.doc_string
     graph.doc_string_present = gp.HasField("doc_string")
     graph.inputs = [copy.deepcopy(v) for v in gp.input]
@@ -174,6 +175,19 @@ def _build_graph(
 def _load_time_resolve(graph: Graph) -> None:
     graph.fill_default_attributes()
     _remove_unused_initializers(graph)
+    _record_value_info(graph)
+
+
+def _record_value_info(graph: Graph) -> None:
+    """ORT keeps a value_info entry iff its tensor has a NodeArg after load; passes never drop it again.
+
+    (``CleanUnusedInitializersAndNodeArgs`` only removes *untyped* NodeArgs, so a tensor a pass orphans keeps its
+    typed entry.)
+    """
+    graph.value_info_names = {v.name for v in graph.value_info if _still_used(graph, v.name)}
+    graph.record_subgraph_reads()
+    for _, _, sub in graph.subgraphs():
+        _record_value_info(sub)
 
 
 def _remove_unused_initializers(graph: Graph) -> None:
@@ -249,7 +263,8 @@ def _normalise_initializer(tensor: onnx.TensorProto) -> onnx.TensorProto:
 
 
 def _infer_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
-    """Types of every tensor of the main graph as shape inference sees the input model (best effort)."""
+    """Types of every tensor of the main graph as shape inference (with data propagation, as ORT does) sees the
+    model (best effort: ops ONNX does not know keep their declared types)."""
     stripped = onnx.ModelProto()
     stripped.CopyFrom(proto)
     for tensor in stripped.graph.initializer:  # shape inference needs dims, not data
@@ -257,15 +272,37 @@ def _infer_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
             tensor.ClearField("external_data")
             tensor.data_location = onnx.TensorProto.DEFAULT
     try:
-        inferred = shape_inference.infer_shapes(stripped, strict_mode=False)
+        inferred = shape_inference.infer_shapes(stripped, strict_mode=False, data_prop=True)
     except Exception:
-        return {}
+        try:
+            inferred = shape_inference.infer_shapes(stripped, strict_mode=False)
+        except Exception:
+            return {}
     g = inferred.graph
+    _clear_invented_dims(g, _dim_params(proto.graph))
     types: dict[str, onnx.TypeProto] = {}
     for v in [*g.input, *g.output, *g.value_info]:  # inferred value_info last: it knows most
         if v.HasField("type") and (not v.type.HasField("tensor_type") or v.type.tensor_type.elem_type):
             types[v.name] = v.type
     return types
+
+
+def _dim_params(gp: onnx.GraphProto) -> set[str]:
+    """Every dim_param the model itself names (graph inputs, outputs, value_info)."""
+    names: set[str] = set()
+    for v in (*gp.input, *gp.output, *gp.value_info):
+        if v.type.HasField("tensor_type"):
+            names.update(d.dim_param for d in v.type.tensor_type.shape.dim if d.HasField("dim_param"))
+    return names
+
+
+def _clear_invented_dims(gp: onnx.GraphProto, declared: set[str]) -> None:
+    """ONNX shape inference names unknown dims ``unk__<n>``; ORT's inference leaves them unnamed."""
+    for v in (*gp.input, *gp.output, *gp.value_info):
+        if v.type.HasField("tensor_type"):
+            for d in v.type.tensor_type.shape.dim:
+                if d.HasField("dim_param") and d.dim_param.startswith("unk__") and d.dim_param not in declared:
+                    d.ClearField("dim_param")
 
 
 # ----------------------------------------------------------------------------------------------------------- saving
@@ -282,6 +319,10 @@ def save_model(model: Model) -> onnx.ModelProto:
         entry.key, entry.value = key, value
     regenerate = any_modified(model.graph)
     out.graph.CopyFrom(save_graph(model.graph, model.value_types, regenerate=regenerate))
+    if regenerate:
+        # ORT's Resolve re-infers every type after the rewrites: infer on the rewritten graph and save again.
+        types = {**model.value_types, **_infer_types(out)}
+        out.graph.CopyFrom(save_graph(model.graph, types, regenerate=True))
     return out
 
 
@@ -342,20 +383,15 @@ def save_graph(
         gp.input.extend(_bare_value_info(v, types) for v in graph.inputs)
         gp.output.extend(_bare_value_info(v, types) for v in graph.outputs)
         live = graph.value_names()
-        kept = sorted(
-            (v for v in graph.value_info if v.name in live and _still_used(graph, v.name)), key=lambda v: v.name
-        )
-        # node outputs that subgraphs read from this graph also get an entry
-        listed = {v.name for v in kept}
-        extra = [
-            onnx.ValueInfoProto(name=name) for name in sorted(_outputs_read_by_subgraphs(graph)) if name not in listed
-        ]
-        entries = [_bare_value_info(v, types) for v in kept]
-        entries += [_outer_value_info(graph, v.name, types) for v in extra]
-        gp.value_info.extend(sorted(entries, key=lambda v: v.name))
+        declared = {v.name: v for v in graph.value_info}
+        for name in sorted(graph.value_info_names & live):
+            if name in declared:
+                gp.value_info.append(_bare_value_info(declared[name], types))
+            else:
+                gp.value_info.append(_outer_value_info(graph, name, types))
         for node in graph.topological_order():
             gp.node.append(node_to_proto(node, types, regenerate=True))
-    for name in graph.initializer_names():
+    for name in graph.initializer_names(verbatim=not regen):
         tensor = graph.initializer(name)
         assert tensor is not None
         gp.initializer.append(tensor)
@@ -367,13 +403,6 @@ def _still_used(graph: Graph, name: str) -> bool:
     if graph.is_initializer(name) or graph.producer(name) is not None or graph.is_graph_output(name):
         return True
     return any(i.name == name for i in graph.inputs) or bool(graph.consumers(name))
-
-
-def _outputs_read_by_subgraphs(graph: Graph) -> set[str]:
-    out: set[str] = set()
-    for node in graph.nodes():
-        out.update(v for v in node.implicit_inputs if graph.producer(v) is not None)
-    return out
 
 
 def _outer_value_info(parent: Graph, name: str, types: dict[str, onnx.TypeProto]) -> onnx.ValueInfoProto:
@@ -407,29 +436,48 @@ def _bare_value_info(vi: onnx.ValueInfoProto, types: dict[str, onnx.TypeProto]) 
 
 
 def _merge_type(declared: onnx.TypeProto | None, inferred: onnx.TypeProto | None) -> onnx.TypeProto | None:
-    """ORT's ``MergeShapeInfo``: inferred dims fill the declared type; a conflict keeps the declared one."""
+    """ORT's ``MergeShapeInfo`` with its lenient fallback, as observed on 1.32.0.
+
+    Inferred dims win (a conflicting rank, value or name included); a dim inference leaves unknown keeps the
+    declared one; a negative declared value is written as an unknown dim.
+    """
     if declared is None:
-        return inferred
-    if inferred is None or not declared.HasField("tensor_type") or not inferred.HasField("tensor_type"):
-        return declared
-    dt, it = declared.tensor_type, inferred.tensor_type
-    if not it.HasField("shape"):
-        return declared
-    merged = onnx.TypeProto()
-    merged.CopyFrom(declared)
-    if not dt.HasField("shape"):
-        merged.tensor_type.shape.CopyFrom(it.shape)
-        return merged
-    if len(dt.shape.dim) != len(it.shape.dim):
-        return declared
-    for target, source in zip(merged.tensor_type.shape.dim, it.shape.dim, strict=True):
-        if source.HasField("dim_value"):
-            if target.HasField("dim_value") and target.dim_value != source.dim_value:
-                return declared
-            target.dim_value = source.dim_value
-        elif source.HasField("dim_param") and not target.HasField("dim_value") and not target.HasField("dim_param"):
-            target.dim_param = source.dim_param
-    return merged
+        merged = inferred
+    elif (
+        inferred is None
+        or not declared.HasField("tensor_type")
+        or not inferred.HasField("tensor_type")
+        or not inferred.tensor_type.HasField("shape")
+    ):
+        merged = declared
+    else:
+        merged = onnx.TypeProto()
+        merged.CopyFrom(declared)
+        dt, it = declared.tensor_type, inferred.tensor_type
+        if not dt.HasField("shape") or len(dt.shape.dim) != len(it.shape.dim):
+            merged.tensor_type.shape.CopyFrom(it.shape)
+        else:
+            for target, source in zip(merged.tensor_type.shape.dim, it.shape.dim, strict=True):
+                if source.HasField("dim_value"):
+                    target.dim_value = source.dim_value
+                elif source.HasField("dim_param"):
+                    target.dim_param = source.dim_param
+    if merged is None:
+        return None
+    return _without_negative_dims(merged)
+
+
+def _without_negative_dims(type_proto: onnx.TypeProto) -> onnx.TypeProto:
+    if not type_proto.HasField("tensor_type") or not any(
+        d.HasField("dim_value") and d.dim_value < 0 for d in type_proto.tensor_type.shape.dim
+    ):
+        return type_proto
+    out = onnx.TypeProto()
+    out.CopyFrom(type_proto)
+    for d in out.tensor_type.shape.dim:
+        if d.HasField("dim_value") and d.dim_value < 0:
+            d.ClearField("dim_value")
+    return out
 
 
 def _with_subgraphs(

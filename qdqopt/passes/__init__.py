@@ -8,8 +8,19 @@
 from __future__ import annotations
 
 from qdqopt.passes.base import GraphTransformer, PassContext, RewriteRule, RuleBasedTransformer, RuleEffect
+from qdqopt.passes.constant_folding import ConstantFolding
+from qdqopt.passes.constant_sharing import ConstantSharing
+from qdqopt.passes.cse import CommonSubexpressionElimination
+from qdqopt.passes.double_qdq import DoubleQDQPairsRemover
 from qdqopt.passes.ensure_unique_dq import EnsureUniqueDQForNodeUnit
+from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCastTransformer
+from qdqopt.passes.matmul_add_fusion import MatMulAddFusion
 from qdqopt.passes.memcpy import MemcpyTransformer
+from qdqopt.passes.qdq_propagation import QDQPropagationTransformer
+from qdqopt.passes.reshape_fusion import ReshapeFusion
+from qdqopt.passes.rules_level1 import LEVEL1_RULE_CLASSES
+from qdqopt.passes.weight_bias_quantization import WeightBiasQuantization
+from qdqopt.passes.where_dummy_dq import WhereDummyDq
 
 __all__ = [
     "RULES",
@@ -25,9 +36,22 @@ __all__ = [
 TRANSFORMERS: dict[str, type[GraphTransformer]] = {
     EnsureUniqueDQForNodeUnit.name: EnsureUniqueDQForNodeUnit,
     MemcpyTransformer.name: MemcpyTransformer,
+    RemoveDuplicateCastTransformer.name: RemoveDuplicateCastTransformer,
+    InsertCastTransformer.name: InsertCastTransformer,
+    ConstantSharing.name: ConstantSharing,
+    ReshapeFusion.name: ReshapeFusion,
+    DoubleQDQPairsRemover.name: DoubleQDQPairsRemover,
+    QDQPropagationTransformer.name: QDQPropagationTransformer,
+    WhereDummyDq.name: WhereDummyDq,
+    MatMulAddFusion.name: MatMulAddFusion,
+    CommonSubexpressionElimination.name: CommonSubexpressionElimination,
+    ConstantFolding.name: ConstantFolding,
+    WeightBiasQuantization.name: WeightBiasQuantization,
 }
 
-RULES: dict[str, type[RewriteRule]] = {}
+RULES: dict[str, type[RewriteRule]] = {
+    **{rule.name: rule for rule in LEVEL1_RULE_CLASSES},
+}
 
 
 def is_implemented(name: str, *, rule: bool = False) -> bool:

@@ -94,7 +94,8 @@ class RewriteRule(ABC):
 
 
 class RuleBasedTransformer(GraphTransformer):
-    """``RuleBasedGraphTransformer``: nodes in topological order, each node's rules by op type, in order."""
+    """``RuleBasedGraphTransformer``: nodes in topological order; each node's rules by op type, in registration order,
+    until one removes the node; then, if the node is still there, its subgraphs."""
 
     def __init__(self, name: str, rules: list[RewriteRule], compatible_eps: tuple[str, ...] = ()) -> None:
         self.name = name
@@ -109,18 +110,19 @@ class RuleBasedTransformer(GraphTransformer):
         for node in graph.topological_order():
             if graph.node(node.index) is None:
                 continue
-            if self.recurse(node, ctx, graph_level):
+            removed = False
+            if self.node_is_compatible(node):
+                for rule in self.rules:
+                    if rule.op_types and node.op_type not in rule.op_types:
+                        continue
+                    if rule.check(graph, node, ctx) is not None:
+                        continue
+                    effect = rule.apply(graph, node, ctx)
+                    if effect is not RuleEffect.NONE:
+                        modified = True
+                    if effect is RuleEffect.REMOVED_CURRENT_NODE:
+                        removed = True
+                        break
+            if not removed and graph.node(node.index) is not None and self.recurse(node, ctx, graph_level):
                 modified = True
-            if not self.node_is_compatible(node):
-                continue
-            for rule in self.rules:
-                if rule.op_types and node.op_type not in rule.op_types:
-                    continue
-                if rule.check(graph, node, ctx) is not None:
-                    continue
-                effect = rule.apply(graph, node, ctx)
-                if effect is not RuleEffect.NONE:
-                    modified = True
-                if effect is RuleEffect.REMOVED_CURRENT_NODE:
-                    break
         return modified

@@ -1,19 +1,69 @@
-"""QDQ helper predicates shared by the QDQ passes (ORT's ``qdq_transformer/qdq_util.cc``, spec §7.6)."""
+"""QDQ helper predicates shared by the QDQ passes (ORT's ``qdq_transformer/qdq_util.cc``, spec §7.6).
+
+Besides ``MatchQNode``/``MatchDQNode`` this module holds what several passes ask of a Q/DQ node or of a NodeArg:
+
+* **constant initializers** as ``Graph::GetConstantInitializer`` finds them: an initializer of this graph that no
+  graph input overrides, else (``check_outer_scope``) one of an enclosing graph, unless a local value shadows it;
+* **NodeArg shapes and types** (:class:`ValueTypes`): an initializer's NodeArg has the tensor's type and shape, a
+  graph input its declared type, anything else the type ``Resolve`` inferred. ORT has every NodeArg typed when a
+  pass starts (the previous modifying pass ended with ``Resolve``); qdqopt infers lazily, once per pass
+  application, the first time a pass needs a type it does not know. A NodeArg a pass creates is untyped until the
+  end of that pass, as in ORT (``GetOrCreateNodeArg(name, nullptr)``);
+* ``optimizer_utils::IsScalar`` (rank 0, or rank 1 with the one dim equal to 1);
+* ``QOrDQNodeHasConstantScalarScaleAndZeroPoint``, ``IsDQSupported``, ``IsQDQPairSupported`` (both nodes have all
+  3 inputs; scales and zero points are constant scalars of equal types; the zero points have equal bytes and the
+  scales equal values; different initializer names with equal values pass) and
+  ``IsQOrDQScalePositiveConstantScalar``;
+* ``GetQNodeZeroPointType`` of DoubleQDQPairsRemover (zp initializer type, else the ``output_dtype`` attribute,
+  else uint8).
+"""
 
 from __future__ import annotations
 
-from qdqopt.graph import Node
+from collections.abc import Collection
 
-__all__ = ["QDQ_OPSETS", "is_dq", "is_q"]
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from qdqopt.graph import Graph, Node
+
+__all__ = [
+    "QDQ_OPSETS",
+    "SCALE_ID",
+    "ZERO_POINT_ID",
+    "ValueTypes",
+    "constant_array",
+    "constant_initializer",
+    "dims_equal",
+    "has_constant_scalar_scale_and_zp",
+    "is_dq",
+    "is_dq_supported",
+    "is_q",
+    "is_q_or_dq_scale_positive_constant_scalar",
+    "is_qdq_pair_supported",
+    "is_scalar_arg",
+    "is_supported_op",
+    "produces_graph_output",
+    "q_zero_point_type",
+]
 
 #: ONNX-domain Q/DQ versions ``MatchQNode``/``MatchDQNode`` accept; ``com.microsoft`` accepts version 1.
 QDQ_OPSETS: frozenset[int] = frozenset({10, 13, 19, 21, 23, 24, 25})
+
+#: ``QDQ::InputIndex``.
+SCALE_ID = 1
+ZERO_POINT_ID = 2
+TOTAL_COUNT = 3
+
+_ONNX_DOMAINS = ("", "ai.onnx")
+_FLOAT_SCALES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
 
 
 def _match(node: Node, op_type: str) -> bool:
     if node.op_type != op_type:
         return False
-    if node.domain in ("", "ai.onnx"):
+    if node.domain in _ONNX_DOMAINS:
         return node.since_version in QDQ_OPSETS
     if node.domain == "com.microsoft":
         return node.since_version == 1
@@ -28,3 +78,227 @@ def is_q(node: Node) -> bool:
 def is_dq(node: Node) -> bool:
     """``QDQ::MatchDQNode``."""
     return _match(node, "DequantizeLinear")
+
+
+def is_supported_op(node: Node, op_type: str, versions: Collection[int], domain: str = "") -> bool:
+    """``graph_utils::IsSupportedOptypeVersionAndDomain`` (``""`` and ``ai.onnx`` are the same domain)."""
+    if node.op_type != op_type or node.since_version not in versions:
+        return False
+    if domain in _ONNX_DOMAINS:
+        return node.domain in _ONNX_DOMAINS
+    return node.domain == domain
+
+
+def produces_graph_output(graph: Graph, node: Node) -> bool:
+    """``Graph::NodeProducesGraphOutput``."""
+    return any(value and graph.is_graph_output(value) for value in node.outputs)
+
+
+# ---------------------------------------------------------------------------------------------- initializers
+def _is_local(graph: Graph, name: str) -> bool:
+    """Whether ``name`` is defined in ``graph`` itself (node output, initializer or graph input)."""
+    return graph.producer(name) is not None or graph.is_initializer(name) or any(i.name == name for i in graph.inputs)
+
+
+def _initializer_graph(graph: Graph, name: str, *, check_outer_scope: bool = True) -> Graph | None:
+    """The graph whose initializer ``name`` is, as seen from ``graph`` (a local value shadows outer ones)."""
+    current: Graph | None = graph
+    while current is not None:
+        if current.is_initializer(name):
+            return current
+        if not check_outer_scope or _is_local(current, name):
+            return None
+        current = current.parent
+    return None
+
+
+def constant_initializer(graph: Graph, name: str, *, check_outer_scope: bool = True) -> onnx.TensorProto | None:
+    """``Graph::GetConstantInitializer``: the initializer if no graph input can override it, else None."""
+    if not name:
+        return None
+    owner = _initializer_graph(graph, name, check_outer_scope=check_outer_scope)
+    if owner is None or not owner.is_constant_initializer(name, check_outer_scope=False):
+        return None
+    return owner.initializer(name)
+
+
+def constant_array(graph: Graph, name: str, *, check_outer_scope: bool = True) -> np.ndarray | None:
+    """The value of a constant initializer (see :func:`constant_initializer`) as numpy."""
+    owner = _initializer_graph(graph, name, check_outer_scope=check_outer_scope)
+    if owner is None or not owner.is_constant_initializer(name, check_outer_scope=False):
+        return None
+    return owner.array(name)
+
+
+# ---------------------------------------------------------------------------------------------- NodeArg types
+Dim = onnx.TensorShapeProto.Dimension
+
+
+class ValueTypes:
+    """NodeArg types and shapes of one graph as ORT has them while a pass runs (see the module docstring)."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self._known_at_start = graph.value_names()
+        self._inferred = False
+
+    def type_proto(self, name: str) -> onnx.TypeProto | None:
+        graph = self.graph
+        if not name:
+            return None
+        owner = _initializer_graph(graph, name)
+        if owner is not None:
+            declared = _declared_input_type(owner, name)
+            if declared is not None:
+                return declared
+            tensor = owner.initializer(name)
+            assert tensor is not None
+            return onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+        declared = _declared_input_type(graph, name)
+        if declared is not None:
+            return declared
+        if name not in self._known_at_start:
+            return None  # created by this pass: untyped until Resolve
+        found = graph.value_type(name)
+        if found is None and not self._inferred:
+            self._inferred = True
+            from qdqopt.partition import infer_types
+
+            root = graph
+            while root.parent is not None:
+                root = root.parent
+            infer_types(root)
+            found = graph.value_type(name)
+        return found
+
+    def elem_type(self, name: str) -> int | None:
+        """The tensor element type (``TensorProto.DataType``), None if unknown or not a tensor."""
+        found = self.type_proto(name)
+        if found is None or found.WhichOneof("value") != "tensor_type" or not found.tensor_type.elem_type:
+            return None
+        return int(found.tensor_type.elem_type)
+
+    def shape(self, name: str) -> list[Dim] | None:
+        """``NodeArg::Shape()``: the dims, or None when the shape (rank) is unknown."""
+        found = self.type_proto(name)
+        if found is None or found.WhichOneof("value") != "tensor_type" or not found.tensor_type.HasField("shape"):
+            return None
+        return list(found.tensor_type.shape.dim)
+
+
+def _declared_input_type(graph: Graph, name: str) -> onnx.TypeProto | None:
+    for vi in graph.inputs:
+        if vi.name == name and vi.HasField("type"):
+            return vi.type
+    return None
+
+
+def dims_equal(a: Dim, b: Dim) -> bool:
+    """ORT's ``operator==`` on ``TensorShapeProto_Dimension``: equal values, or equal non-empty symbols.
+
+    Symbols ONNX shape inference invents for unknown dims (``unk__<n>``) stand for dims ORT leaves unknown, and an
+    unknown dim equals nothing.
+    """
+    if a.HasField("dim_value"):
+        return b.HasField("dim_value") and a.dim_value == b.dim_value
+    if a.HasField("dim_param") and a.dim_param and not a.dim_param.startswith("unk__"):
+        return b.HasField("dim_param") and a.dim_param == b.dim_param
+    return False
+
+
+def _initializer_dims(graph: Graph, name: str) -> list[int] | None:
+    owner = _initializer_graph(graph, name)
+    if owner is None:
+        return None
+    tensor = owner.initializer(name)
+    return None if tensor is None else list(tensor.dims)
+
+
+def is_scalar_arg(graph: Graph, name: str, types: ValueTypes | None = None) -> bool:
+    """``optimizer_utils::IsScalar``: rank 0, or rank 1 with a dim of value 1 (unknown shape: False)."""
+    dims = _initializer_dims(graph, name)
+    if dims is not None and _declared_input_type(graph, name) is None:
+        return len(dims) == 0 or dims == [1]
+    if types is None:
+        types = ValueTypes(graph)
+    shape = types.shape(name)
+    if shape is None:
+        return False
+    return len(shape) == 0 or (len(shape) == 1 and shape[0].HasField("dim_value") and shape[0].dim_value == 1)
+
+
+# ---------------------------------------------------------------------------------------------- QDQ predicates
+def _input(node: Node, slot: int) -> str:
+    return node.inputs[slot] if slot < len(node.inputs) else ""
+
+
+def _constant_scalar(graph: Graph, name: str) -> bool:
+    """A constant initializer whose NodeArg is a scalar (the order of the two checks does not matter: both must
+    hold, and only a constant initializer needs no type inference)."""
+    return constant_initializer(graph, name) is not None and is_scalar_arg(graph, name)
+
+
+def has_constant_scalar_scale_and_zp(graph: Graph, node: Node) -> tuple[bool, bool]:
+    """``QOrDQNodeHasConstantScalarScaleAndZeroPoint``: (scale and zp, if present, are constant scalars; zp exists)."""
+    zp_exists = bool(_input(node, ZERO_POINT_ID))
+    if not _constant_scalar(graph, _input(node, SCALE_ID)):
+        return False, zp_exists
+    if zp_exists and not _constant_scalar(graph, _input(node, ZERO_POINT_ID)):
+        return False, zp_exists
+    return True, zp_exists
+
+
+def is_dq_supported(graph: Graph, dq: Node) -> bool:
+    """``QDQ::IsDQSupported``: constant scalar scale and an existing constant scalar zero point."""
+    ok, zp_exists = has_constant_scalar_scale_and_zp(graph, dq)
+    return ok and zp_exists
+
+
+def is_qdq_pair_supported(graph: Graph, q: Node, dq: Node, *, check_op_type: bool = True) -> bool:
+    """``QDQ::IsQDQPairSupported``: Q and DQ with all 3 inputs and the same constant scalar scale and zero point."""
+    if check_op_type and not (is_q(q) and is_dq(dq)):
+        return False
+    if len(q.inputs) != TOTAL_COUNT or len(dq.inputs) != TOTAL_COUNT:
+        return False
+    names = (q.inputs[SCALE_ID], q.inputs[ZERO_POINT_ID], dq.inputs[SCALE_ID], dq.inputs[ZERO_POINT_ID])
+    if not all(_constant_scalar(graph, n) for n in names):
+        return False
+    tensors = [constant_initializer(graph, n) for n in names]
+    q_scale_t, q_zp_t, dq_scale_t, dq_zp_t = (t for t in tensors if t is not None)
+    if q_zp_t.data_type != dq_zp_t.data_type or q_scale_t.data_type != dq_scale_t.data_type:
+        return False
+    q_scale, q_zp, dq_scale, dq_zp = (constant_array(graph, n) for n in names)
+    assert q_scale is not None and q_zp is not None and dq_scale is not None and dq_zp is not None
+    if q_zp.tobytes() != dq_zp.tobytes():
+        return False
+    if q_scale_t.data_type not in _FLOAT_SCALES:
+        return False
+    return bool(q_scale.reshape(-1)[0] == dq_scale.reshape(-1)[0])
+
+
+def is_q_or_dq_scale_positive_constant_scalar(graph: Graph, node: Node) -> bool:
+    """``QDQ::IsQOrDQScalePositiveConstantScalar``."""
+    name = _input(node, SCALE_ID)
+    if not _constant_scalar(graph, name):
+        return False
+    scale = constant_array(graph, name)
+    assert scale is not None
+    return bool(scale.reshape(-1)[0] > 0)
+
+
+def q_zero_point_type(graph: Graph, q: Node) -> int | None:
+    """``GetQNodeZeroPointType`` (double_qdq_pairs_remover.cc): the zp initializer's type; without a zp input the
+    ``output_dtype`` attribute (a schema default counts), else uint8; None if the zp is not a constant initializer."""
+    zp = _input(q, ZERO_POINT_ID)
+    if not zp:
+        attr = q.attributes.get("output_dtype")
+        return int(attr.i) if attr is not None else onnx.TensorProto.UINT8
+    tensor = constant_initializer(graph, zp)
+    return None if tensor is None else int(tensor.data_type)
+
+
+def tensor_from_array(array: np.ndarray, name: str, dtype: int) -> onnx.TensorProto:
+    """A raw-data TensorProto of ``dtype`` (as ``utils::TensorToTensorProto`` writes one)."""
+    tensor = numpy_helper.from_array(array, name)
+    tensor.data_type = dtype
+    return tensor

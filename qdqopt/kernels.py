@@ -1,0 +1,322 @@
+"""ORT's CPU kernel registry, as the partitioner and InsertCastTransformer consult it (spec insert_cast.md §2).
+
+Both tables come from the installed onnxruntime, so they are this build's and this platform's (an x86-64 wheel has
+fp16 CPU kernels for 80 ops; ARM builds register more):
+
+* kernel defs from ``onnxruntime_pybind11_state.get_all_opkernel_def()``: op, domain, provider, version range and the
+  allowed types of each type constraint;
+* operator schemas from ``get_all_operator_schema()``: the formal inputs/outputs (type string, variadic or not) and the
+  type constraints, which map a kernel's constraint names onto a node's actual arguments.
+
+Two lookups, as in ``kernel_registry.cc``:
+
+* :func:`node_has_cpu_kernel` is ``KernelRegistry::TryFindKernel(node)`` (what the CPU EP's ``GetCapability`` asks
+  during partitioning). A kernel def matches when ``VerifyVersion`` accepts the node's since_version (its start equals
+  it, or it has a closed range that contains it) and, for each of the *kernel's* type constraints, the first existing
+  actual argument bound to it (inputs first, in formal order, then outputs) has an allowed type;
+* :func:`cpu_kernel_for_types` is ``TryFindKernel(provider, op, domain, version, TypeConstraintMap)``: the same
+  version rule, and every (constraint, type) pair of the map must be a constraint of the kernel def allowing that type.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+
+from qdqopt.graph import Graph, Node
+from qdqopt.graph.schema import normalize_domain
+
+__all__ = [
+    "CPU",
+    "Formal",
+    "KernelDef",
+    "Schema",
+    "can_be_inlined",
+    "cpu_kernel_for_types",
+    "cpu_kernels",
+    "input_arg_counts",
+    "node_has_cpu_kernel",
+    "node_schema",
+    "type_string",
+]
+
+CPU = "CPUExecutionProvider"
+INT_MAX = 2**31 - 1
+
+#: (domain, op, since_version) of ORT's own schemas (not in onnx.defs) that carry a function body, from
+#: ``contrib_ops/*_defs.cc``: an unassigned node of one of these is inlined by the partitioner.
+_CONTRIB_FUNCTION_OPS = frozenset(
+    {
+        ("com.microsoft", "Gelu", 1),
+        ("com.microsoft", "FastGelu", 1),
+        ("com.microsoft", "QuickGelu", 1),
+        ("", "LayerNormalization", 1),
+    }
+)
+
+
+@dataclass(frozen=True)
+class Formal:
+    """One formal input or output of a schema."""
+
+    name: str
+    type_str: str
+    variadic: bool
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The parts of an ORT operator schema the kernel lookups need."""
+
+    domain: str
+    op_type: str
+    since_version: int
+    inputs: tuple[Formal, ...]
+    outputs: tuple[Formal, ...]
+    #: type constraint name -> allowed type strings, in schema order
+    type_constraints: tuple[tuple[str, frozenset[str]], ...]
+
+    @functools.cached_property
+    def constraint_names(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.type_constraints)
+
+    @functools.cached_property
+    def kernel_type_str_args(self) -> dict[str, tuple[tuple[str, int], ...]]:
+        """``KernelTypeStrResolver::RegisterOpSchema``: kernel type string -> formal args (``"i"``/``"o"``, index).
+
+        A formal whose type string is a constraint name is listed under that name, any other (a concrete type such as
+        ``tensor(int64)``) under the formal's own name. Inputs come before outputs.
+        """
+        table: dict[str, list[tuple[str, int]]] = {}
+        for kind, formals in (("i", self.inputs), ("o", self.outputs)):
+            for index, formal in enumerate(formals):
+                key = formal.type_str if formal.type_str in self.constraint_names else formal.name
+                table.setdefault(key, []).append((kind, index))
+        return {key: tuple(args) for key, args in table.items()}
+
+
+@dataclass(frozen=True)
+class KernelDef:
+    """One CPU kernel registration."""
+
+    domain: str
+    op_type: str
+    start: int
+    end: int
+    #: constraint name -> allowed type strings, in the kernel def's order
+    type_constraints: tuple[tuple[str, frozenset[str]], ...]
+
+    def accepts_version(self, since_version: int) -> bool:
+        """``VerifyVersion``: the exact start version, or a closed range containing it (an open end must match)."""
+        return self.start == since_version or (self.end != INT_MAX and self.start <= since_version <= self.end)
+
+    def allowed(self, constraint: str) -> frozenset[str] | None:
+        for name, types in self.type_constraints:
+            if name == constraint:
+                return types
+        return None
+
+
+@functools.cache
+def _schemas() -> dict[tuple[str, str, int], Schema]:
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
+
+    table: dict[tuple[str, str, int], Schema] = {}
+    for s in ort_c.get_all_operator_schema():
+        domain = normalize_domain(s.domain)
+
+        def formals(params: list[object]) -> tuple[Formal, ...]:
+            return tuple(
+                Formal(str(p.name), str(p.typeStr), "Variadic" in str(p.option))  # type: ignore[attr-defined]
+                for p in params
+            )
+
+        constraints = tuple(
+            (str(tc.type_param_str), frozenset(str(t) for t in tc.allowed_type_strs)) for tc in s.type_constraints
+        )
+        schema = Schema(domain, s.name, int(s.since_version), formals(s.inputs), formals(s.outputs), constraints)
+        table[(domain, schema.op_type, schema.since_version)] = schema
+    return table
+
+
+@functools.cache
+def _cpu_kernels() -> dict[tuple[str, str], tuple[KernelDef, ...]]:
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
+
+    table: dict[tuple[str, str], list[KernelDef]] = {}
+    for k in ort_c.get_all_opkernel_def():
+        if k.provider != CPU:
+            continue
+        start, end = k.version_range
+        constraints = tuple((str(name), frozenset(str(t) for t in types)) for name, types in k.type_constraints.items())
+        kdef = KernelDef(normalize_domain(k.domain), k.op_name, int(start), int(end), constraints)
+        table.setdefault((kdef.domain, kdef.op_type), []).append(kdef)
+    return {key: tuple(defs) for key, defs in table.items()}
+
+
+def cpu_kernels(domain: str, op_type: str) -> tuple[KernelDef, ...]:
+    """The CPU kernel defs registered for an op, in registry order."""
+    return _cpu_kernels().get((normalize_domain(domain), op_type), ())
+
+
+def node_schema(node: Node) -> Schema | None:
+    """The schema the node resolved to (``node.Op()``), or None."""
+    if node.since_version is None:
+        return None
+    return _schemas().get((normalize_domain(node.domain), node.op_type, node.since_version))
+
+
+def input_arg_counts(schema: Schema, num_inputs: int) -> list[int]:
+    """``Node::InputArgCount`` after Resolve (``Graph::InferAndVerifyTypeMatch``).
+
+    One count per actual input while the node has as many inputs as the schema has formals; otherwise one per formal:
+    1 for each formal but the last while inputs remain (0 after), and the rest for the last formal.
+    """
+    formal_count = len(schema.inputs)
+    if formal_count == num_inputs:
+        return [1] * num_inputs
+    counts: list[int] = []
+    remaining = num_inputs
+    for _ in range(formal_count - 1):
+        if remaining > 0:
+            counts.append(1)
+            remaining -= 1
+        else:
+            counts.append(0)
+    if formal_count > 0:
+        counts.append(remaining)
+    return counts
+
+
+def type_string(type_proto: onnx.TypeProto | None) -> str | None:
+    """ORT's ``DataTypeImpl`` string of a type (``tensor(float16)``, ``seq(tensor(int64))``...), None if unknown."""
+    if type_proto is None:
+        return None
+    kind = type_proto.WhichOneof("value")
+    if kind == "tensor_type":
+        elem = type_proto.tensor_type.elem_type
+        return f"tensor({_elem_name(elem)})" if elem else None
+    if kind == "sparse_tensor_type":
+        elem = type_proto.sparse_tensor_type.elem_type
+        return f"sparse_tensor({_elem_name(elem)})" if elem else None
+    if kind == "sequence_type":
+        inner = type_string(type_proto.sequence_type.elem_type)
+        return f"seq({inner})" if inner else None
+    if kind == "optional_type":
+        inner = type_string(type_proto.optional_type.elem_type)
+        return f"optional({inner})" if inner else None
+    if kind == "map_type":
+        value = type_string(type_proto.map_type.value_type)
+        key = type_proto.map_type.key_type
+        return f"map({_elem_name(key)},{value})" if key and value else None
+    return None
+
+
+def _elem_name(elem: int) -> str:
+    return str(onnx.TensorProto.DataType.Name(elem)).lower()
+
+
+def _actual_arg(node: Node, kind: str, index: int, counts: list[int]) -> str | None:
+    """The actual argument a formal maps to: the first of an input formal's args, or the output at that index."""
+    if kind == "o":
+        return node.outputs[index] if index < len(node.outputs) else None
+    if index >= len(counts) or counts[index] == 0:
+        return None
+    first = sum(counts[:index])
+    return node.inputs[first] if first < len(node.inputs) else None
+
+
+def node_has_cpu_kernel(graph: Graph, node: Node) -> bool:
+    """``KernelRegistry::TryFindKernel(node)`` on the CPU registry: some kernel def matches the node's actual types.
+
+    For each of the kernel's constraints only the first existing argument bound to it is checked. A value whose
+    type is unknown (ORT always knows it; qdqopt's inference may not) is taken as compatible.
+    """
+    schema = node_schema(node)
+    if schema is None:
+        return False
+    counts = input_arg_counts(schema, len(node.inputs))
+    resolver = schema.kernel_type_str_args
+    for kdef in cpu_kernels(node.domain, node.op_type):
+        if not kdef.accepts_version(schema.since_version):
+            continue
+        if all(_constraint_ok(graph, node, resolver, counts, name, types) for name, types in kdef.type_constraints):
+            return True
+    return False
+
+
+def _constraint_ok(
+    graph: Graph,
+    node: Node,
+    resolver: dict[str, tuple[tuple[str, int], ...]],
+    counts: list[int],
+    constraint: str,
+    allowed: frozenset[str],
+) -> bool:
+    # ORT throws when a kernel constraint names no formal; the kernel tables of this build have none such.
+    for kind, index in resolver.get(constraint, ()):
+        arg = _actual_arg(node, kind, index, counts)
+        if arg:  # NodeArg::Exists()
+            actual = type_string(graph.value_type(arg))
+            return actual is None or actual in allowed
+    return True
+
+
+def cpu_kernel_for_types(domain: str, op_type: str, since_version: int, types: Mapping[str, str]) -> bool:
+    """``KernelRegistry::TryFindKernel(CPU, op, domain, version, type_constraint_map)``."""
+    for kdef in cpu_kernels(domain, op_type):
+        if not kdef.accepts_version(since_version):
+            continue
+        if all((allowed := kdef.allowed(name)) is not None and t in allowed for name, t in types.items()):
+            return True
+    return False
+
+
+def can_be_inlined(graph: Graph, node: Node) -> bool:
+    """``Node::CanBeInlined``: the node's schema yields a function body for the model's opset.
+
+    ``Node::TryGetFunctionProto`` asks an ONNX-domain schema for the body at the model's ONNX opset (a
+    context-dependent body builds from the highest builder version not above it; a plain body must also pass
+    ``ValidateReferencedOpsInFuncton``: no op it uses may have a newer version at the model's opset than at the
+    body's), any other domain's schema at the node's since_version.
+    """
+    if node.since_version is None:
+        return False
+    domain = normalize_domain(node.domain)
+    if (domain, node.op_type, node.since_version) in _CONTRIB_FUNCTION_OPS:
+        return True
+    if domain not in ("", "ai.onnx.ml", "ai.onnx.preview.training"):
+        return False
+    try:
+        # Any: onnx's stubs lack the function accessors of OpSchema
+        schema: Any = onnx.defs.get_schema(node.op_type, max_inclusive_version=node.since_version, domain=domain)
+    except onnx.defs.SchemaError:
+        return False
+    requested = (graph.opset("") or node.since_version) if domain == "" else node.since_version
+    if schema.has_context_dependent_function:
+        return any(v <= requested for v in schema.context_dependent_function_opset_versions)
+    if not schema.has_function:
+        return False
+    versions = [v for v in schema.function_opset_versions if v <= requested]
+    if not versions:
+        return False
+    body_version = max(versions)
+    if body_version == requested or domain != "":
+        return True
+    body = onnx.FunctionProto.FromString(schema.get_function_with_opset_version(body_version))
+    return all(
+        _onnx_since(n.op_type, requested) == _onnx_since(n.op_type, body_version)
+        for n in body.node
+        if normalize_domain(n.domain) == ""
+    )
+
+
+def _onnx_since(op_type: str, opset: int) -> int | None:
+    try:
+        return int(onnx.defs.get_schema(op_type, max_inclusive_version=opset, domain="").since_version)
+    except onnx.defs.SchemaError:
+        return None

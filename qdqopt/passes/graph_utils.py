@@ -1,0 +1,572 @@
+"""ORT's ``graph_utils`` helpers that the rewrite rules share (``onnxruntime/core/graph/graph_utils.cc``).
+
+Node removal, the heart of the Level1 elimination rules::
+
+    before                                   after RemoveNode(n)
+    P ──x──> n ──y──┬──> C1 (slot 0)          P ──x──┬──> C1 (slot 0)
+                    └──> If (y used inside)          └──> If (the branch now reads x)
+
+Rules (each function names its ORT counterpart):
+
+* :func:`can_remove_node` (``CanRemoveNode``): only one output of the node is used (by edges, and at most one graph
+  output which must be that same output), the node produces no graph output, and it has exactly one input *edge*
+  or, without edges, a single input def (an initializer or graph input); the subgraphs that read the removed output
+  as an implicit input must not already know the new name.
+* :func:`remove_node` (``RemoveNode``): with one input edge, the consumers of the used output are rewired to the
+  producer's output (``RemoveNodeWithSingleNodeInSingleUsedOutput``); otherwise the node is replaced by its single
+  input (``ReplaceNodeWithInitializer``). Values read inside subgraphs are renamed there
+  (``UpdateImplicitInputNameInSubgraph``).
+* :func:`finalize_node_fusion` (``FinalizeNodeFusion``): the second node's outputs move to the first node (or to a
+  replacement), the fused nodes go.
+* Lookups: :func:`constant_initializer` (``GetConstantInitializer``, outer scopes included),
+  :func:`is_supported_op` (``IsSupportedOptypeVersionAndDomain``: op, ``since_version`` and domain),
+  :func:`input_node` (``GetInputNode``), :func:`output_nodes` (``OutputNodesBegin..End``, one per output edge, in
+  ``EdgeEndCompare`` order).
+* NodeArg types and shapes (:func:`value_shape`, :func:`value_elem_type`): an initializer's NodeArg has the
+  tensor's dims; other values have the type ``Graph::Resolve`` infers: ONNX shape inference with constant
+  initializer data and data propagation, run again only when a value without a type is asked for after the graph
+  changed (ORT keeps a NodeArg's type between Resolves).
+
+Edges in qdqopt follow the value names, so the ORT helpers' explicit ``AddEdge``/``RemoveEdge`` calls need no
+counterpart here: rewiring an input rewires its edge.
+"""
+
+from __future__ import annotations
+
+import collections
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from qdqopt.graph import Edge, Graph, Node
+from qdqopt.graph.schema import normalize_domain
+
+__all__ = [
+    "EdgeToMatch",
+    "ShapeDims",
+    "can_remove_node",
+    "can_replace_node_with_initializer",
+    "constant_array",
+    "constant_initializer",
+    "finalize_node_fusion",
+    "finalize_nodes_fusion",
+    "find_path",
+    "initializer_map_order",
+    "input_edge_count",
+    "input_node",
+    "is_constant",
+    "is_only_one_output_used",
+    "is_output_used",
+    "is_supported_op",
+    "node_outputs_in_graph_outputs",
+    "node_produces_graph_output",
+    "output_edge_count",
+    "output_nodes",
+    "remove_node",
+    "remove_node_with_single_node_in_single_used_output",
+    "remove_nodes_with_one_output_bottom_up",
+    "replace_downstream_node_input",
+    "replace_node_with_initializer",
+    "value_elem_type",
+    "value_shape",
+]
+
+#: A NodeArg shape: one entry per dim, an int for a known ``dim_value``, a str for a ``dim_param``, None otherwise.
+ShapeDims = list[int | str | None]
+
+
+# ---------------------------------------------------------------------------------------------------- lookups
+def is_supported_op(node: Node, op_type: str, versions: Iterable[int], domain: str = "") -> bool:
+    """``IsSupportedOptypeVersionAndDomain``: op type, a resolved (non-deprecated) ``since_version`` in ``versions``
+    and the domain."""
+    return (
+        node.op_type == op_type
+        and node.since_version is not None
+        and node.since_version in tuple(versions)
+        and normalize_domain(node.domain) == normalize_domain(domain)
+    )
+
+
+def constant_initializer(
+    graph: Graph, name: str, *, check_outer_scope: bool = True
+) -> tuple[Graph, onnx.TensorProto] | None:
+    """``Graph::GetConstantInitializer``: the owning graph and the tensor, or None (not one, or overridable)."""
+    if not name:
+        return None
+    tensor = graph.initializer(name)
+    if tensor is not None:
+        if graph.is_constant_initializer(name, check_outer_scope=False):
+            return graph, tensor
+        return None
+    if check_outer_scope and graph.parent is not None and not _defined_in(graph, name):
+        return constant_initializer(graph.parent, name, check_outer_scope=True)
+    return None
+
+
+def is_constant(graph: Graph, name: str) -> bool:
+    """``graph_utils::NodeArgIsConstant`` / ``IsConstantInitializer`` (outer scopes included)."""
+    return constant_initializer(graph, name) is not None
+
+
+def constant_array(graph: Graph, name: str) -> np.ndarray | None:
+    """The value of a constant initializer (``Initializer``), or None."""
+    found = constant_initializer(graph, name)
+    if found is None:
+        return None
+    owner, _ = found
+    return owner.array(name)
+
+
+def initializer_map_order(graph: Graph) -> list[str]:
+    """Initializer names in ``name_to_initial_tensor_`` iteration order (``GetAllInitializedTensors()``)."""
+    return graph.initializer_map_order()
+
+
+def _defined_in(graph: Graph, name: str) -> bool:
+    return graph.producer(name) is not None or graph.is_initializer(name) or any(i.name == name for i in graph.inputs)
+
+
+# ------------------------------------------------------------------------------------------------------ edges
+def input_edge_count(graph: Graph, node: Node) -> int:
+    """``Node::GetInputEdgesCount`` (implicit-input edges included)."""
+    return len(graph.input_edges(node))
+
+
+def output_edge_count(graph: Graph, node: Node) -> int:
+    """``Node::GetOutputEdgesCount``."""
+    return len(graph.output_edges(node))
+
+
+def output_nodes(graph: Graph, node: Node) -> list[Node]:
+    """``Node::OutputNodesBegin()..End()``: the consumer of each output edge, in ``EdgeEndCompare`` order."""
+    out: list[Node] = []
+    for edge in graph.output_edges(node):
+        consumer = graph.node(edge.dst)
+        assert consumer is not None
+        out.append(consumer)
+    return out
+
+
+def input_node(graph: Graph, node: Node, arg_index: int) -> Node | None:
+    """``graph_utils::GetInputNode``: the producer feeding input ``arg_index`` through an edge, or None."""
+    for edge in graph.input_edges(node):
+        if edge.dst_slot == arg_index:
+            return graph.node(edge.src)
+    return None
+
+
+def is_output_used(graph: Graph, node: Node, index: int) -> bool:
+    """``graph_utils::IsOutputUsed``: some output edge leaves output ``index``."""
+    return any(edge.src_slot == index for edge in graph.output_edges(node))
+
+
+def node_produces_graph_output(graph: Graph, node: Node) -> bool:
+    """``Graph::NodeProducesGraphOutput``."""
+    return any(value and graph.is_graph_output(value) for value in node.outputs)
+
+
+def node_outputs_in_graph_outputs(graph: Graph, node: Node) -> list[int]:
+    """``Graph::GetNodeOutputsInGraphOutputs``: indices of the node's outputs that are graph outputs."""
+    return [i for i, value in enumerate(node.outputs) if value and graph.is_graph_output(value)]
+
+
+def _is_implicit(graph: Graph, edge: Edge) -> bool:
+    """``OutputEdgeProvidesImplicitInput``: the edge's slot lies past the consumer's explicit inputs."""
+    consumer = graph.node(edge.dst)
+    assert consumer is not None
+    return edge.dst_slot >= len(consumer.inputs)
+
+
+# ------------------------------------------------------------------------------------------- node removal
+def is_only_one_output_used(graph: Graph, node: Node) -> tuple[bool, str | None]:
+    """``IsOnlyOneOutputUsed``: (whether only one output is used, its name)."""
+    first: int | None = None
+    name: str | None = None
+    edges = graph.output_edges(node)
+    for edge in edges:
+        if first is None:
+            first = edge.src_slot
+        elif first != edge.src_slot:
+            return False, None
+    if first is not None:
+        name = node.outputs[first]
+    in_outputs = node_outputs_in_graph_outputs(graph, node)
+    if len(in_outputs) > 1:
+        return False, name
+    if len(in_outputs) == 1:
+        if first is not None:
+            return in_outputs[0] == first, name
+        name = node.outputs[in_outputs[0]]
+    return True, name
+
+
+def _can_update_implicit_name(node: Node, removed: str, new: str) -> bool:
+    """``CanUpdateImplicitInputNameInSubgraph``."""
+    for sub in node.subgraphs.values():
+        if sub.has_value(new):
+            return False
+        for sub_node in sub.nodes():
+            if removed in sub_node.implicit_inputs and not _can_update_implicit_name(sub_node, removed, new):
+                return False
+    return True
+
+
+def _can_update_implicit_names(graph: Graph, edges: Sequence[Edge], new: str) -> bool:
+    """``CanUpdateImplicitInputNameInSubgraphs``."""
+    for edge in edges:
+        if _is_implicit(graph, edge):
+            consumer = graph.node(edge.dst)
+            assert consumer is not None
+            if not _can_update_implicit_name(consumer, edge.value, new):
+                return False
+    return True
+
+
+def _update_implicit_name(graph: Graph, node: Node, removed: str, new: str) -> None:
+    """``UpdateImplicitInputNameInSubgraph``: rename ``removed`` to ``new`` wherever ``node``'s subgraphs read it."""
+    for sub in node.subgraphs.values():
+        for sub_node in sub.nodes():
+            if removed in sub_node.implicit_inputs:
+                _update_implicit_name(sub, sub_node, removed, new)
+            for slot, value in enumerate(list(sub_node.inputs)):
+                if value and value == removed:
+                    sub.set_input(sub_node, slot, new)
+        sub.modified = True
+    graph.refresh_implicit_inputs(node)
+
+
+def can_remove_node(graph: Graph, node: Node) -> bool:
+    """``graph_utils::CanRemoveNode``."""
+    only_one, _ = is_only_one_output_used(graph, node)
+    if not only_one or node_produces_graph_output(graph, node):
+        return False
+    in_edges = graph.input_edges(node)
+    new_name: str | None = None
+    if len(in_edges) == 1:
+        slot = in_edges[0].dst_slot
+        new_name = node.inputs[slot] if slot < len(node.inputs) else in_edges[0].value
+    elif len(node.inputs) == 1:
+        new_name = node.inputs[0]
+    if new_name is None:
+        return False
+    return _can_update_implicit_names(graph, graph.output_edges(node), new_name)
+
+
+def remove_node(graph: Graph, node: Node) -> bool:
+    """``graph_utils::RemoveNode`` (call only when :func:`can_remove_node` holds)."""
+    if input_edge_count(graph, node) == 1:
+        return remove_node_with_single_node_in_single_used_output(graph, node)
+    if len(node.inputs) == 1:
+        return replace_node_with_initializer(graph, node, node.inputs[0])
+    raise AssertionError(f"RemoveNode: node {node.name!r} cannot be removed (CanRemoveNode out of sync)")
+
+
+def remove_node_with_single_node_in_single_used_output(graph: Graph, node: Node) -> bool:
+    """``RemoveNodeWithSingleNodeInSingleUsedOutput``: consumers of the used output read the single input edge's
+    source instead; the node goes."""
+    edges = graph.output_edges(node)
+    if edges:
+        in_edge = graph.input_edges(node)[0]
+        incoming = graph.node(in_edge.src)
+        assert incoming is not None
+        src_idx = edges[0].src_slot
+        if any(e.src_slot != src_idx for e in edges):
+            raise AssertionError("Node must only have one used output")
+        replace_downstream_node_input(graph, node, src_idx, incoming, in_edge.src_slot)
+    graph.remove_node(node)
+    return True
+
+
+def replace_downstream_node_input(
+    graph: Graph, node: Node, output_idx: int, replacement: Node, replacement_output_idx: int
+) -> None:
+    """``ReplaceDownstreamNodeInput``: every consumer of ``node``'s output ``output_idx`` reads ``replacement``'s
+    output ``replacement_output_idx`` instead (inside subgraphs too)."""
+    new_name = replacement.outputs[replacement_output_idx]
+    for edge in [e for e in graph.output_edges(node) if e.src_slot == output_idx]:
+        consumer = graph.node(edge.dst)
+        assert consumer is not None
+        if _is_implicit(graph, edge):
+            _update_implicit_name(graph, consumer, edge.value, new_name)
+        else:
+            graph.set_input(consumer, edge.dst_slot, new_name)
+
+
+def can_replace_node_with_initializer(graph: Graph, node: Node, initializer_name: str) -> bool:
+    """``graph_utils::CanReplaceNodeWithInitializer``."""
+    only_one, output_name = is_only_one_output_used(graph, node)
+    if not only_one or output_name is None:
+        return False
+    changing = output_name != initializer_name
+    n_graph_outputs = len(node_outputs_in_graph_outputs(graph, node))
+    if n_graph_outputs > 0 and (n_graph_outputs > 1 or changing):
+        return False
+    if changing:
+        return _can_update_implicit_names(graph, graph.output_edges(node), initializer_name)
+    return True
+
+
+def replace_node_with_initializer(graph: Graph, node: Node, replacement: str) -> bool:
+    """``graph_utils::ReplaceNodeWithInitializer``: the node goes, its consumers read ``replacement``."""
+    edges = graph.output_edges(node)
+    graph.remove_node(node)
+    for edge in edges:
+        consumer = graph.node(edge.dst)
+        assert consumer is not None
+        if _is_implicit(graph, edge):
+            _update_implicit_name(graph, consumer, edge.value, replacement)
+        else:
+            graph.set_input(consumer, edge.dst_slot, replacement)
+    return True
+
+
+def remove_nodes_with_one_output_bottom_up(graph: Graph, start: Node) -> bool:
+    """``RemoveNodesWithOneOutputBottomUp``: remove ``start`` (if it has at most one output edge and no graph
+    output), then, breadth first, every ancestor left with no output edge; initializers and graph inputs stop it."""
+    queue: collections.deque[int] = collections.deque([start.index])
+    removed: set[int] = set()
+    graph_inputs = set(graph.graph_input_names())
+    while queue:
+        index = queue.popleft()
+        if index in removed:
+            continue
+        current = graph.node(index)
+        assert current is not None
+        if output_edge_count(graph, current) > 1 or node_produces_graph_output(graph, current):
+            continue
+        for slot, name in enumerate(current.inputs):
+            if _is_initializer(graph, name) or name in graph_inputs:
+                continue
+            parent = input_node(graph, current, slot)
+            if parent is not None:
+                queue.append(parent.index)
+        if index == start.index or output_edge_count(graph, current) == 0:
+            graph.remove_node(current)
+            removed.add(index)
+    return bool(removed)
+
+
+def _is_initializer(graph: Graph, name: str) -> bool:
+    """``graph_utils::IsInitializer(graph, name, check_outer_scope=true)``."""
+    if not name:
+        return False
+    if graph.is_initializer(name):
+        return True
+    return graph.parent is not None and not _defined_in(graph, name) and _is_initializer(graph.parent, name)
+
+
+@dataclass(frozen=True)
+class EdgeToMatch:
+    """``graph_utils::EdgeEndToMatch``: an edge's slots and the op at its other end."""
+
+    src_arg_index: int
+    dst_arg_index: int
+    op_type: str
+    versions: tuple[int, ...]
+    domain: str = ""
+
+
+def find_path(graph: Graph, node: Node, is_input_edge: bool, edges: Sequence[EdgeToMatch]) -> list[Node] | None:
+    """``graph_utils::FindPath``: follow input (or output) edges matching ``edges`` one after the other; the nodes
+    met, or None. More than one matching output edge at a step is a failure."""
+    current = node
+    found_nodes: list[Node] = []
+    for want in edges:
+        found: Node | None = None
+        candidates = graph.input_edges(current) if is_input_edge else graph.output_edges(current)
+        for edge in candidates:
+            other = graph.node(edge.src if is_input_edge else edge.dst)
+            assert other is not None
+            if (
+                want.dst_arg_index == edge.dst_slot
+                and want.src_arg_index == edge.src_slot
+                and want.op_type == other.op_type
+                and other.since_version in want.versions
+                and normalize_domain(other.domain) == normalize_domain(want.domain)
+            ):
+                if found is not None:
+                    return None
+                found = other
+                if is_input_edge:
+                    break
+        if found is None:
+            return None
+        found_nodes.append(found)
+        current = found
+    return found_nodes
+
+
+# ------------------------------------------------------------------------------------------------- fusions
+def _move_outputs(graph: Graph, target: Node, outputs: Sequence[str]) -> None:
+    if len(outputs) != len(target.outputs):
+        raise NotImplementedError(
+            f"moving {len(outputs)} outputs onto node {target.name!r} with {len(target.outputs)} output slots"
+        )
+    for slot, value in enumerate(outputs):
+        graph.set_output(target, slot, value)
+
+
+def finalize_node_fusion(graph: Graph, first: Node, second: Node, *, n_outputs: int | None = None) -> None:
+    """``FinalizeNodeFusion(graph, first, second)``: ``second``'s outputs move to ``first``; ``second`` goes.
+
+    ``n_outputs`` keeps only that many of ``second``'s outputs (ORT's ``MutableOutputDefs().resize(n)`` before the
+    fusion, for a BatchNormalization whose optional outputs are absent).
+    """
+    outputs = list(second.outputs)[:n_outputs] if n_outputs is not None else list(second.outputs)
+    graph.remove_node(second)
+    _move_outputs(graph, first, outputs)
+
+
+def finalize_nodes_fusion(graph: Graph, nodes: Sequence[Node], replacement: Node) -> None:
+    """``FinalizeNodeFusion(graph, nodes, replacement)``: the last node's outputs move to ``replacement`` (which
+    must already have that many output slots); every node of ``nodes`` goes."""
+    outputs = list(nodes[-1].outputs)
+    for node in nodes:
+        if graph.node(node.index) is not None:
+            graph.remove_node(node)
+    _move_outputs(graph, replacement, outputs)
+
+
+# --------------------------------------------------------------------------------------------- types/shapes
+# NodeArg types as of the last inference: per graph, value name -> TypeProto; and the structure they were made for.
+_TYPES: weakref.WeakKeyDictionary[Graph, dict[str, onnx.TypeProto]] = weakref.WeakKeyDictionary()
+_TYPED_AT: weakref.WeakKeyDictionary[Graph, tuple[int, ...]] = weakref.WeakKeyDictionary()
+
+
+def _root(graph: Graph) -> Graph:
+    while graph.parent is not None:
+        graph = graph.parent
+    return graph
+
+
+def _stamp(graph: Graph) -> tuple[int, ...]:
+    """Changes whenever a node is added to or removed from the graph or a nested one."""
+    out = [graph.max_node_index(), len(graph)]
+    for _, _, sub in graph.subgraphs():
+        out.extend(_stamp(sub))
+    return tuple(out)
+
+
+def _type_of(graph: Graph, name: str) -> onnx.TypeProto | None:
+    """A value's type as ``Graph::Resolve`` inferred it.
+
+    ORT infers types at each Resolve, so a NodeArg's type is stable between passes; qdqopt infers once and keeps
+    the types, running the inference again only when a value without a type is asked for after the graph changed.
+    """
+    known = _TYPES.get(graph)
+    if known is not None and name in known:
+        return known[name]
+    root = _root(graph)
+    if known is not None and _TYPED_AT.get(root) == _stamp(root):
+        return None
+    _infer_types(root)
+    _TYPED_AT[root] = _stamp(root)
+    return _TYPES.get(graph, {}).get(name)
+
+
+def _infer_types(root: Graph) -> None:
+    """ONNX shape inference over the current graph, with the data of constant initializers and with data
+    propagation (ORT's ``InferenceContextImpl::getInputData`` hands constant initializers to the inference functions
+    and 1.32 propagates shape values), stored per graph."""
+    model = onnx.ModelProto(ir_version=onnx.IR_VERSION)
+    for domain, version in sorted(root.opsets.items()):
+        model.opset_import.append(onnx.helper.make_opsetid(domain, version))
+    model.graph.CopyFrom(_inference_graph(root))
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:  # onnx gave up: keep the declared types
+        inferred = model
+    _store_types(root, inferred.graph)
+
+
+def _inference_graph(graph: Graph) -> onnx.GraphProto:
+    gp = onnx.GraphProto(name=graph.name or "g")
+    gp.input.extend(graph.inputs)
+    gp.output.extend(graph.outputs)
+    gp.value_info.extend(graph.value_info)
+    for name in graph.initializer_names():
+        tensor = graph.initializer(name)
+        assert tensor is not None
+        if tensor.data_location == onnx.TensorProto.EXTERNAL or not graph.is_constant_initializer(name):
+            if not any(i.name == name for i in graph.inputs):
+                gp.value_info.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
+            continue
+        gp.initializer.append(tensor)
+    for node in graph.topological_order():
+        proto = onnx.NodeProto(name=node.name, op_type=node.op_type, domain=node.domain)
+        proto.input.extend(node.inputs)
+        proto.output.extend(node.outputs)
+        for attr_name in node.attribute_order():
+            sub = node.subgraphs.get(attr_name)
+            if sub is None:
+                proto.attribute.append(node.attributes[attr_name])
+            else:
+                proto.attribute.append(onnx.helper.make_attribute(attr_name, _inference_graph(sub)))
+        gp.node.append(proto)
+    return gp
+
+
+def _store_types(graph: Graph, inferred: onnx.GraphProto) -> None:
+    types = _TYPES.setdefault(graph, {})
+    for vi in (*inferred.input, *inferred.output, *inferred.value_info):
+        if vi.HasField("type"):
+            types[vi.name] = vi.type
+    order = graph.topological_order()
+    if len(order) != len(inferred.node):
+        return
+    for node, proto in zip(order, inferred.node, strict=True):
+        for attr in proto.attribute:
+            sub = node.subgraphs.get(attr.name)
+            if sub is not None and attr.HasField("g"):
+                _store_types(sub, attr.g)
+
+
+def value_elem_type(graph: Graph, name: str) -> int | None:
+    """The element type of a value's NodeArg (``TypeAsProto()->tensor_type().elem_type()``), or None."""
+    if not name:
+        return None
+    found = constant_initializer(graph, name) or (
+        (graph, graph.initializer(name)) if graph.is_initializer(name) else None
+    )
+    if found is not None and found[1] is not None:
+        return int(found[1].data_type)
+    type_proto = _type_of(graph, name)
+    if type_proto is None or not type_proto.HasField("tensor_type"):
+        return None
+    elem = int(type_proto.tensor_type.elem_type)
+    return elem or None
+
+
+def value_shape(graph: Graph, name: str) -> ShapeDims | None:
+    """A value's NodeArg shape (``NodeArg::Shape()``), or None when it has none.
+
+    An initializer's NodeArg carries the tensor's dims (unless a graph input of that name declares the type).
+    """
+    if not name:
+        return None
+    declared = next((i for i in graph.inputs if i.name == name), None)
+    if graph.is_initializer(name) and declared is None:
+        tensor = graph.initializer(name)
+        assert tensor is not None
+        return [int(d) for d in tensor.dims]
+    type_proto = declared.type if declared is not None else _type_of(graph, name)
+    if type_proto is None or not type_proto.HasField("tensor_type"):
+        if type_proto is None and graph.parent is not None and not _defined_in(graph, name):
+            return value_shape(graph.parent, name)
+        return None
+    tensor_type = type_proto.tensor_type
+    if not tensor_type.HasField("shape"):
+        return None
+    dims: ShapeDims = []
+    for dim in tensor_type.shape.dim:
+        if dim.HasField("dim_value"):
+            dims.append(int(dim.dim_value))
+        elif dim.HasField("dim_param") and not dim.dim_param.startswith("unk__"):
+            # ORT leaves a dim it cannot infer empty; onnx's inference names it unk__<n>
+            dims.append(str(dim.dim_param))
+        else:
+            dims.append(None)
+    return dims
