@@ -264,7 +264,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("MatmulTransposeFusion", "L2", eps=_CPU),
     PassSpec("BiasGeluFusion", "L2", eps=_CPU),
     PassSpec("GroupQueryAttentionFusion", "L2", eps=("CUDAExecutionProvider",)),
-    PassSpec("MatMulAddFusion", "L2", eps=_CPU, qdq="q"),
+    PassSpec("MatMulAddFusion", "L2", qdq="q"),  # registered for any EP
     PassSpec("SkipLayerNormFusion", "L2", eps=_CPU),
     PassSpec("BiasSkipLayerNormFusion", "L2", eps=_CPU),
     PassSpec("FastGeluFusion", "L2", eps=_CPU),
