@@ -144,6 +144,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
             last_stage = stage
         delta = " ".join(f"{k} {v:+d}" for k, v in entry.op_delta.items())
         note = "" if entry.implemented else "  (not implemented: skipped)"
+        if entry.missing_rules:
+            note = f"  (rules not implemented, skipped: {', '.join(entry.missing_rules)})"
         check = ""
         if ort_lines is not None:
             check = "  ok" if i < len(ort_lines) and ort_lines[i] == entry.ort_line() else "  <> ORT"
@@ -172,7 +174,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     for level in levels:
         comp = compare_level(args.input, level, config=cfg, disabled=args.disable or (), strict=args.strict)
         rep = comp.report
-        flags = "  ".join(f"{t}:{'-' if v is None else ('ok' if v else 'DIFF')}" for t, v in rep.verdict.items())
+        flags = "  ".join(f"{t}:{rep.flag(t)}" for t in rep.verdict)
         trace = "trace: same" if comp.trace_matches else "trace: DIFFERENT"
         print(f"{level.ort_name:<20} tier {rep.tier:<2}  [{flags}]  {trace}")
         if comp.auto_disabled:

@@ -3,7 +3,8 @@
 Tiers, weakest to strongest:
 
 * **N** (numbers): both models, run by ORT's CPU EP (at ORT_DISABLE_ALL, so nothing rewrites them further) on the
-  same seeded random inputs, give bit-identical outputs.
+  same seeded random inputs, give bit-identical outputs. Where S holds, N follows (same ops, attributes and bytes
+  compute the same numbers) and the models are not run; :attr:`DiffReport.implied` says so.
 * **S** (structure): the same DAG of ops, domains, attributes (schema defaults filled on both sides) and
   initializer bytes, whatever the names and the node order. Every tensor gets a structural signature from how it is
   computed (a Merkle hash over producers), and the two multisets of node signatures must match, as must the graph
@@ -57,6 +58,8 @@ class DiffReport:
 
     verdict: dict[str, bool | None] = field(default_factory=dict)
     differences: list[Difference] = field(default_factory=list)
+    #: tiers whose verdict follows from a stronger one instead of being checked (N holds wherever S does)
+    implied: set[str] = field(default_factory=set)
 
     @property
     def tier(self) -> str:
@@ -78,8 +81,17 @@ class DiffReport:
                 return False
         return self.verdict.get(tier) is True
 
+    def flag(self, tier: str) -> str:
+        """``ok``, ``ok(S)`` (implied by S), ``DIFF`` or ``-`` (not checked)."""
+        value = self.verdict.get(tier)
+        if value is None:
+            return "-"
+        if not value:
+            return "DIFF"
+        return "ok(S)" if tier in self.implied else "ok"
+
     def lines(self) -> list[str]:
-        flags = " ".join(f"{t}:{'-' if v is None else ('ok' if v else 'DIFF')}" for t, v in self.verdict.items())
+        flags = " ".join(f"{t}:{self.flag(t)}" for t in self.verdict)
         return [flags, *(str(d) for d in self.differences)]
 
 
@@ -466,12 +478,19 @@ def compare(
     """Compare qdqopt's model with ORT's at the requested tiers."""
     wanted = set(tiers)
     report = DiffReport(dict.fromkeys(TIERS))
-    if "N" in wanted:
-        report.verdict["N"] = _compare_numbers(
-            ours, ref, report.differences, seed, Path(base_dir) if base_dir else None
-        )
-    if "S" in wanted:
+    if "S" in wanted or "N" in wanted:
         report.verdict["S"] = _compare_structure(ours, ref, report.differences)
+    if "N" in wanted:
+        if report.verdict["S"]:
+            # Same DAG, attributes and initializer bytes: ORT computes the same numbers; no need to run it.
+            report.verdict["N"] = True
+            report.implied.add("N")
+        else:
+            report.verdict["N"] = _compare_numbers(
+                ours, ref, report.differences, seed, Path(base_dir) if base_dir else None
+            )
+    if "S" not in wanted:
+        report.verdict["S"] = None
     if "X" in wanted:
         report.verdict["X"] = _compare_exact(ours, ref, report.differences)
     if "P" in wanted:

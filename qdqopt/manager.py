@@ -47,6 +47,8 @@ class TraceEntry:
     modified: bool
     implemented: bool
     op_delta: dict[str, int] = field(default_factory=dict)
+    #: rules of a rule-based transformer that ORT would run but qdqopt skips (not implemented yet)
+    missing_rules: tuple[str, ...] = ()
 
     def ort_line(self) -> str:
         return f"GraphTransformer {self.name} modified: {int(self.modified)}"
@@ -84,7 +86,7 @@ def _delta(before: collections.Counter[str], after: collections.Counter[str]) ->
 def _instantiate(spec: PassSpec, rules: tuple[RuleSpec, ...]) -> GraphTransformer | None:
     if spec.rules:
         implemented = [RULES[r.name]() for r in rules if r.name in RULES]
-        return RuleBasedTransformer(spec.name, implemented, spec.eps)
+        return RuleBasedTransformer(spec.name, implemented, spec.eps) if implemented else None
     cls = TRANSFORMERS.get(spec.name)
     return cls() if cls is not None else None
 
@@ -114,10 +116,13 @@ def run_pipeline(
             result.unimplemented.append(spec.name)
     graph = model.graph
 
+    missing = {spec.name: tuple(r.name for r in rules if r.name not in RULES) for spec, rules in plan if spec.rules}
+
     def apply(spec: PassSpec, transformer: GraphTransformer | None, step: int) -> bool:
         before = op_counts(graph)
         modified = transformer.apply(graph, ctx) if transformer is not None else False
         entry = TraceEntry(spec.name, spec.stage, step, modified, transformer is not None)
+        entry.missing_rules = missing.get(spec.name, ()) if transformer is not None else ()
         if modified:
             entry.op_delta = _delta(before, op_counts(graph))
         result.trace.append(entry)

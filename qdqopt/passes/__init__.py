@@ -13,6 +13,7 @@ from qdqopt.passes.constant_sharing import ConstantSharing
 from qdqopt.passes.cse import CommonSubexpressionElimination
 from qdqopt.passes.double_qdq import DoubleQDQPairsRemover
 from qdqopt.passes.ensure_unique_dq import EnsureUniqueDQForNodeUnit
+from qdqopt.passes.free_dimension_override import FreeDimensionOverrideTransformer
 from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCastTransformer
 from qdqopt.passes.matmul_add_fusion import MatMulAddFusion
 from qdqopt.passes.memcpy import MemcpyTransformer
@@ -34,6 +35,7 @@ __all__ = [
 ]
 
 TRANSFORMERS: dict[str, type[GraphTransformer]] = {
+    FreeDimensionOverrideTransformer.name: FreeDimensionOverrideTransformer,
     EnsureUniqueDQForNodeUnit.name: EnsureUniqueDQForNodeUnit,
     MemcpyTransformer.name: MemcpyTransformer,
     RemoveDuplicateCastTransformer.name: RemoveDuplicateCastTransformer,
