@@ -34,7 +34,13 @@ Nodes are visited in ORT's topological order; each node's subgraphs are folded f
 
 Each output of a folded node becomes an initializer with the output's name (raw data, the kernel's type and
 shape), appended to the initializer list; the node is removed (its input producers too, bottom-up, where they fed
-only it: that matters for Shape). The values come from ORT's own CPU kernel (:mod:`qdqopt.evaluate`).
+only it: that matters for Shape).
+
+The values are not recomputed in numpy: :mod:`qdqopt.evaluate` runs the node, with its constant inputs, through the
+very CPU kernel of the installed onnxruntime (a one-node session at ORT_DISABLE_ALL, one thread, as ConstantFolding's
+execution frame has none), which is what ConstantFolding itself does; so ``Round`` ties, IEEE single ``Div``,
+MLAS ``QuantizeLinear``, NaN/inf/out-of-range ``Cast`` (INT32_MIN on x86) come out bit-identical. The same session
+yields ORT's inferred output shapes for the size estimate and tells whether a CPU kernel exists for the types.
 """
 
 from __future__ import annotations
