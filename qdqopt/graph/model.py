@@ -267,6 +267,9 @@ def _infer_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     model (best effort: ops ONNX does not know keep their declared types)."""
     stripped = onnx.ModelProto()
     stripped.CopyFrom(proto)
+    for output in stripped.graph.output:  # a declared output shape must not block inference: the inferred one wins
+        if output.type.HasField("tensor_type"):
+            output.type.tensor_type.ClearField("shape")
     for tensor in stripped.graph.initializer:  # shape inference needs dims, not data
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             tensor.ClearField("external_data")
@@ -321,7 +324,10 @@ def save_model(model: Model) -> onnx.ModelProto:
     out.graph.CopyFrom(save_graph(model.graph, model.value_types, regenerate=regenerate))
     if regenerate:
         # ORT's Resolve re-infers every type after the rewrites: infer on the rewritten graph and save again.
-        types = {**model.value_types, **_infer_types(out)}
+        fresh = _infer_types(out)
+        types = dict(fresh)
+        for name, known in model.value_types.items():
+            types[name] = _fill_unknown(known, fresh.get(name))
         out.graph.CopyFrom(save_graph(model.graph, types, regenerate=True))
     return out
 
@@ -465,6 +471,34 @@ def _merge_type(declared: onnx.TypeProto | None, inferred: onnx.TypeProto | None
     if merged is None:
         return None
     return _without_negative_dims(merged)
+
+
+def _fill_unknown(existing: onnx.TypeProto, inferred: onnx.TypeProto | None) -> onnx.TypeProto:
+    """A Resolve after a rewrite: inference fills what the NodeArg's type leaves unknown, never overrides it.
+
+    (At load the inferred type wins; afterwards a conflicting re-inference keeps the existing type: observed on
+    1.32.0, e.g. a graph output whose producer a rewrite replaced by a scalar keeps its declared shape.)
+    """
+    if inferred is None or not existing.HasField("tensor_type") or not inferred.HasField("tensor_type"):
+        return existing
+    if not inferred.tensor_type.HasField("shape"):
+        return existing
+    if not existing.tensor_type.HasField("shape"):
+        merged = onnx.TypeProto()
+        merged.CopyFrom(existing)
+        merged.tensor_type.shape.CopyFrom(inferred.tensor_type.shape)
+        return merged
+    if len(existing.tensor_type.shape.dim) != len(inferred.tensor_type.shape.dim):
+        return existing
+    merged = onnx.TypeProto()
+    merged.CopyFrom(existing)
+    for target, source in zip(merged.tensor_type.shape.dim, inferred.tensor_type.shape.dim, strict=True):
+        if not target.HasField("dim_value") and not target.HasField("dim_param"):
+            if source.HasField("dim_value"):
+                target.dim_value = source.dim_value
+            elif source.HasField("dim_param"):
+                target.dim_param = source.dim_param
+    return merged
 
 
 def _without_negative_dims(type_proto: onnx.TypeProto) -> onnx.TypeProto:

@@ -17,9 +17,12 @@ from qdqopt.passes.free_dimension_override import FreeDimensionOverrideTransform
 from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCastTransformer
 from qdqopt.passes.matmul_add_fusion import MatMulAddFusion
 from qdqopt.passes.memcpy import MemcpyTransformer
+from qdqopt.passes.qdq_final_cleanup import QDQFinalCleanupTransformer
 from qdqopt.passes.qdq_propagation import QDQPropagationTransformer
+from qdqopt.passes.qdq_s8_to_u8 import QDQS8ToU8Transformer
 from qdqopt.passes.reshape_fusion import ReshapeFusion
 from qdqopt.passes.rules_level1 import LEVEL1_RULE_CLASSES
+from qdqopt.passes.rules_level2 import LEVEL2_RULE_CLASSES
 from qdqopt.passes.weight_bias_quantization import WeightBiasQuantization
 from qdqopt.passes.where_dummy_dq import WhereDummyDq
 
@@ -49,10 +52,13 @@ TRANSFORMERS: dict[str, type[GraphTransformer]] = {
     CommonSubexpressionElimination.name: CommonSubexpressionElimination,
     ConstantFolding.name: ConstantFolding,
     WeightBiasQuantization.name: WeightBiasQuantization,
+    QDQS8ToU8Transformer.name: QDQS8ToU8Transformer,
+    QDQFinalCleanupTransformer.name: QDQFinalCleanupTransformer,
 }
 
 RULES: dict[str, type[RewriteRule]] = {
     **{rule.name: rule for rule in LEVEL1_RULE_CLASSES},
+    **{rule.name: rule for rule in LEVEL2_RULE_CLASSES},
 }
 
 

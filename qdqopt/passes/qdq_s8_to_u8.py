@@ -1,0 +1,162 @@
+"""``QDQS8ToU8Transformer`` (qdq_transformer/qdq_s8_to_u8.cc, spec §8.2 with REVIEW 24/25): on x86, where int8
+activations are not allowed, a single-consumer int8 Q→DQ pair is switched to uint8 before QDQ fusion::
+
+    x ─> Q(s, zp:int8 z) ─q─> DQ(s, zp:int8 z | none) ─> ...
+      =>
+    x ─> Q(s, qdq_s8_to_u8_zp_conversion) ─qdq_s8_to_u8_quant─> DQ(s, qdq_s8_to_u8_zp_conversion) ─> ...
+         (qdq_s8_to_u8_zp_conversion: uint8 scalar z + 128, raw data)
+
+Registered in Level2 only when int8 is not allowed (and QDQ is not disabled), for the CPU EP. For each node in
+topological order on the CPU EP:
+
+* **Q→DQ pair.** A Q (``MatchQNode``) with ``CheckOutputEdges(1)`` (one output edge, no graph output, no edge into a
+  subgraph) whose consumer is a DQ (``MatchDQNode``; its EP is not checked). The Q has 3 inputs and its zp is a
+  constant initializer of this graph with one element of type int8; the DQ has 2 or 3 inputs, and its zp, if
+  present, is a constant int8 initializer with one element and the same value; a missing DQ zp counts as int8 0.
+  The rewrite generates ``GenerateNodeArgName("qdq_s8_to_u8_zp_conversion")`` (initializer, dims ``[]``), then
+  ``GenerateNodeArgName("qdq_s8_to_u8_quant")`` (the Q's new output and the DQ's new input), and sets both zps
+  (a DQ without zp gains a third input). A matched Q is never also treated as a lone DQ.
+* **Lone DQ** (only with ``session.x64quantprecision=1`` on a CPU whose U8S8 kernels may overflow):
+  ``QDQ::ConvertS8WeightToU8(dq, 0, 2)``. The weight is a constant int8 initializer of this graph, the zp (if the
+  DQ has a third input) a constant int8 one. The weight is converted only when some value lies outside [-64, 64]:
+  ``<w>_s8_2_u8`` holds the bytes XOR 0x80 with the weight's dims; the zp becomes ``<zp>_s8_2_u8`` the same way,
+  always (a missing zp gives ``GenerateNodeArgName("weight_zp_s8_2_u8")`` = 128).
+
+Initializers that become unused are dropped by the Resolve that follows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from qdqopt.graph import Graph, Node
+from qdqopt.passes.base import GraphTransformer, PassContext
+from qdqopt.passes.constant_folding import check_output_edges
+from qdqopt.passes.graph_utils import constant_initializer, output_nodes
+from qdqopt.passes.qdq_util import is_dq, is_q
+
+__all__ = ["QDQS8ToU8Transformer", "int8_tensor_to_uint8"]
+
+TP = onnx.TensorProto
+
+
+def _input(node: Node, slot: int) -> str:
+    return node.inputs[slot] if slot < len(node.inputs) else ""
+
+
+def _local_constant(graph: Graph, name: str) -> onnx.TensorProto | None:
+    """``NodeArgIsConstant && GetInitializedTensor``: a constant initializer held by this graph."""
+    if not name or constant_initializer(graph, name) is None or not graph.is_initializer(name):
+        return None
+    return graph.initializer(name)
+
+
+def _size(tensor: onnx.TensorProto) -> int:
+    return int(np.prod(list(tensor.dims), dtype=np.int64))
+
+
+def _raw_tensor(name: str, dims: list[int], data: bytes) -> onnx.TensorProto:
+    tensor = onnx.TensorProto()
+    tensor.name = name
+    tensor.data_type = TP.UINT8
+    tensor.dims.extend(dims)
+    tensor.raw_data = data
+    return tensor
+
+
+def int8_tensor_to_uint8(graph: Graph, src: onnx.TensorProto | None, *, force: bool = False) -> onnx.TensorProto | None:
+    """``QDQ::Int8TensorProto2Uint8``: ``<src>_s8_2_u8`` with every byte XOR 0x80, if ``force`` or some value lies
+    outside [-64, 64]; None otherwise. Without ``src``: a generated ``weight_zp_s8_2_u8`` scalar of 128."""
+    if src is None:
+        return _raw_tensor(graph.generate_value_name("weight_zp_s8_2_u8"), [], bytes([128]))
+    values = np.asarray(graph.array(src.name)).astype(np.int8).reshape(-1)
+    convert = bool(np.any((values < -64) | (values > 64)))
+    if not (force or convert):
+        return None
+    flipped = (values.view(np.uint8) ^ np.uint8(0x80)).astype(np.uint8)
+    return _raw_tensor(src.name + "_s8_2_u8", list(src.dims), flipped.tobytes())
+
+
+class QDQS8ToU8Transformer(GraphTransformer):
+    """``QDQS8ToU8Transformer``."""
+
+    name = "QDQS8ToU8Transformer"
+    compatible_eps = ("CPUExecutionProvider",)
+
+    def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
+        weights_to_u8 = ctx.config.flag("session.x64quantprecision") and ctx.target.u8s8_overflow
+        modified = False
+        for node in graph.topological_order():
+            if graph.node(node.index) is None:
+                continue
+            if self.recurse(node, ctx, graph_level):
+                modified = True
+            if not self.node_is_compatible(node):
+                continue
+            if is_q(node) and check_output_edges(graph, node, 1):
+                dq = output_nodes(graph, node)[0]
+                if is_dq(dq) and self._convert_pair(graph, node, dq):
+                    modified = True
+                continue
+            if weights_to_u8 and is_dq(node) and self._convert_weight(graph, node):
+                modified = True
+        return modified
+
+    @staticmethod
+    def _convert_pair(graph: Graph, q: Node, dq: Node) -> bool:
+        if len(q.inputs) != 3 or len(dq.inputs) not in (2, 3):
+            return False
+        q_zp = _local_constant(graph, q.inputs[2])
+        if q_zp is None:
+            return False
+        dq_zp_name = _input(dq, 2)
+        dq_zp: onnx.TensorProto | None = None
+        if dq_zp_name:
+            dq_zp = _local_constant(graph, dq_zp_name)
+            if dq_zp is None:
+                return False
+        if _size(q_zp) != 1 or q_zp.data_type != TP.INT8:
+            return False
+        q_value = int(np.asarray(graph.array(q_zp.name)).reshape(-1)[0])
+        dq_value = 0
+        if dq_zp is not None:
+            if _size(dq_zp) != 1 or dq_zp.data_type != TP.INT8:
+                return False
+            dq_value = int(np.asarray(graph.array(dq_zp.name)).reshape(-1)[0])
+        if q_value != dq_value:
+            return False
+        zp_name = graph.generate_value_name("qdq_s8_to_u8_zp_conversion")
+        graph.add_initializer(_raw_tensor(zp_name, [], bytes([(q_value + 128) & 0xFF])))
+        quant = graph.new_value("qdq_s8_to_u8_quant")
+        graph.set_output(q, 0, quant)
+        graph.set_input(dq, 0, quant)
+        graph.set_input(q, 2, zp_name)
+        graph.set_input(dq, 2, zp_name)
+        return True
+
+    @staticmethod
+    def _convert_weight(graph: Graph, dq: Node) -> bool:
+        """``QDQ::ConvertS8WeightToU8(graph, dq, 0, 2)``."""
+        if not dq.inputs:
+            return False
+        weight = _local_constant(graph, dq.inputs[0])
+        if weight is None or weight.data_type != TP.INT8:
+            return False
+        zp: onnx.TensorProto | None = None
+        if len(dq.inputs) > 2:
+            zp = _local_constant(graph, dq.inputs[2])
+            if zp is None or zp.data_type != TP.INT8:
+                return False
+        weight_u8 = int8_tensor_to_uint8(graph, weight)
+        if weight_u8 is None:
+            return False
+        if not graph.is_initializer(weight_u8.name):
+            graph.add_initializer(weight_u8)
+        graph.set_input(dq, 0, weight_u8.name)
+        zp_u8 = int8_tensor_to_uint8(graph, zp, force=True)
+        assert zp_u8 is not None
+        if not graph.is_initializer(zp_u8.name):
+            graph.add_initializer(zp_u8)
+        graph.set_input(dq, 2, zp_u8.name)
+        return True
