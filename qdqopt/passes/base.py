@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -55,6 +56,19 @@ class GraphTransformer(ABC):
     @abstractmethod
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         """Edit ``graph`` (and recurse into subgraphs as ORT does); return whether anything changed."""
+
+    def visit_in_order(self, graph: Graph, ctx: PassContext, graph_level: int, visit: Callable[[Node], bool]) -> bool:
+        """ORT's usual ``ApplyImpl`` loop: a topological snapshot, nodes removed meanwhile skipped, each node's
+        subgraphs processed first, then ``visit(node)``; returns whether anything changed."""
+        modified = False
+        for node in graph.topological_order():
+            if graph.node(node.index) is None:
+                continue
+            if self.recurse(node, ctx, graph_level):
+                modified = True
+            if visit(node):
+                modified = True
+        return modified
 
     def recurse(self, node: Node, ctx: PassContext, graph_level: int) -> bool:
         """``GraphTransformer::Recurse``: apply to each subgraph of ``node``, marking a changed one modified."""

@@ -38,15 +38,9 @@ class EnsureUniqueDQForNodeUnit(GraphTransformer):
     name = "EnsureUniqueDQForNodeUnit"
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        modified = False
-        for node in graph.topological_order():
-            if graph.node(node.index) is None:
-                continue
-            if self.recurse(node, ctx, graph_level):
-                modified = True
-            if is_dq(node) and self._ensure_unique(graph, node):
-                modified = True
-        return modified
+        return self.visit_in_order(
+            graph, ctx, graph_level, lambda node: is_dq(node) and self._ensure_unique(graph, node)
+        )
 
     @staticmethod
     def _ensure_unique(graph: Graph, dq: Node) -> bool:

@@ -83,18 +83,12 @@ class MatMulAddFusion(GraphTransformer):
     name = "MatMulAddFusion"
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        modified = False
         level2 = ctx.partitioned
         cache = _AttentionPatternCache()
         types = ValueTypes(graph)
-        for node in graph.topological_order():
-            if graph.node(node.index) is None:
-                continue
-            if self.recurse(node, ctx, graph_level):
-                modified = True
-            if _try_fuse(graph, node, types, cache, preserve_attention=not level2):
-                modified = True
-        return modified
+        return self.visit_in_order(
+            graph, ctx, graph_level, lambda node: _try_fuse(graph, node, types, cache, preserve_attention=not level2)
+        )
 
 
 def _known(dim: onnx.TensorShapeProto.Dimension) -> bool:

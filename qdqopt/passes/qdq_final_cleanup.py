@@ -92,16 +92,12 @@ class QDQFinalCleanupTransformer(GraphTransformer):
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         q_dq = ctx.config.flag("session.enable_quant_qdq_cleanup")
-        modified = False
-        for node in graph.topological_order():
-            if graph.node(node.index) is None:
-                continue
-            if self.recurse(node, ctx, graph_level):
-                modified = True
-            if _clean_up(graph, node, dq_q=True):
-                modified = True
-            if q_dq:
-                live = graph.node(node.index)
-                if live is not None and _clean_up(graph, live, dq_q=False):
-                    modified = True
-        return modified
+
+        def visit(node: Node) -> bool:
+            changed = _clean_up(graph, node, dq_q=True)
+            live = graph.node(node.index)
+            if q_dq and live is not None and _clean_up(graph, live, dq_q=False):
+                changed = True
+            return changed
+
+        return self.visit_in_order(graph, ctx, graph_level, visit)

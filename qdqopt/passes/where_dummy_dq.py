@@ -56,16 +56,10 @@ class WhereDummyDq(GraphTransformer):
     name = "WhereDummyDq"
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        modified = False
         types = ValueTypes(graph)
-        for node in graph.topological_order():
-            if graph.node(node.index) is None:
-                continue
-            if self.recurse(node, ctx, graph_level):
-                modified = True
-            if _satisfies(graph, node) and _insert_dummy_dq(graph, node, types):
-                modified = True
-        return modified
+        return self.visit_in_order(
+            graph, ctx, graph_level, lambda node: _satisfies(graph, node) and _insert_dummy_dq(graph, node, types)
+        )
 
 
 def _producer_op(graph: Graph, value: str) -> Node | None:
