@@ -126,7 +126,7 @@ def _inference_graph(graph: Graph) -> onnx.GraphProto:
     for node in order:
         for value in (*node.inputs, *node.outputs):
             if value and value not in declared:
-                known = graph.value_type(value) if _defined_in(graph, value) else None
+                known = graph.value_type(value) if graph.defines(value) else None
                 if known is not None:
                     gp.value_info.append(onnx.helper.make_value_info(value, known))
                 declared.add(value)
@@ -143,15 +143,6 @@ def _inference_graph(graph: Graph) -> onnx.GraphProto:
                 proto.attribute.append(onnx.helper.make_attribute(attr_name, _inference_graph(sub)))
         gp.node.append(proto)
     return gp
-
-
-def _defined_in(graph: Graph, value: str) -> bool:
-    return (
-        graph.producer(value) is not None
-        or graph.is_initializer(value)
-        or value in graph.graph_input_names()
-        or graph.parent is None
-    )
 
 
 def _store(graph: Graph, inferred: onnx.GraphProto) -> None:

@@ -500,8 +500,37 @@ class Graph:
                     seen.setdefault(value, None)
         return list(seen)
 
-    def _defined_here(self, value: str) -> bool:
+    def defines(self, value: str) -> bool:
+        """Whether ``value`` is produced, initialized or a graph input in this graph (not an outer-scope value)."""
         return value in self._producer or value in self._inits or any(i.name == value for i in self.inputs)
+
+    _defined_here = defines
+
+    def initializer_owner(self, name: str, *, check_outer_scope: bool = True) -> Graph | None:
+        """The graph whose initializer ``name`` refers to: this one, or (for a value this graph does not define)
+        the nearest enclosing one that does; None when the name is no initializer there."""
+        scope: Graph | None = self
+        while scope is not None and name:
+            if scope.is_initializer(name):
+                return scope
+            if scope.defines(name) or not check_outer_scope:
+                return None
+            scope = scope.parent
+        return None
+
+    def constant_initializer(self, name: str, *, check_outer_scope: bool = True) -> onnx.TensorProto | None:
+        """``Graph::GetConstantInitializer``: the tensor, unless a graph input can override it."""
+        owner = self.initializer_owner(name, check_outer_scope=check_outer_scope)
+        if owner is None or not owner.is_constant_initializer(name, check_outer_scope=False):
+            return None
+        return owner.initializer(name)
+
+    def constant_array(self, name: str, *, check_outer_scope: bool = True) -> np.ndarray | None:
+        """A constant initializer's value (see :meth:`constant_initializer`) as numpy, cached by its owner."""
+        owner = self.initializer_owner(name, check_outer_scope=check_outer_scope)
+        if owner is None or not owner.is_constant_initializer(name, check_outer_scope=False):
+            return None
+        return owner.array(name)
 
     def refresh_implicit_inputs(self, node: Node) -> None:
         """Recompute ``node.implicit_inputs`` from its subgraphs and rewire the implicit edges."""

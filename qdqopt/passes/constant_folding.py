@@ -161,20 +161,9 @@ class ConstantFolding(GraphTransformer):
 
 
 # ------------------------------------------------------------------------------------------------ conditions
-def _defined_here(graph: Graph, name: str) -> bool:
-    return graph.producer(name) is not None or graph.is_initializer(name) or name in graph.graph_input_names()
-
-
 def constant_initializer(graph: Graph, name: str) -> onnx.TensorProto | None:
     """``Graph::GetConstantInitializer(name, check_outer_scope=true)``."""
-    scope: Graph | None = graph
-    while scope is not None:
-        if scope.is_initializer(name):
-            return scope.initializer(name) if scope.is_constant_initializer(name, check_outer_scope=False) else None
-        if _defined_here(scope, name):
-            return None
-        scope = scope.parent
-    return None
+    return graph.constant_initializer(name)
 
 
 def produces_graph_output(graph: Graph, node: Node) -> bool:
@@ -397,7 +386,7 @@ class ShapeSource:
                 tensor = scope.initializer(name)
                 assert tensor is not None
                 return tuple(int(d) for d in tensor.dims)
-            if _defined_here(scope, name):
+            if scope.defines(name):
                 break
             scope = scope.parent
         found = _merge_declared(graph, name, self._typed(name))
@@ -482,7 +471,7 @@ def _is_initializer_any_scope(graph: Graph, name: str) -> bool:
     while scope is not None:
         if scope.is_initializer(name):
             return True
-        if _defined_here(scope, name):
+        if scope.defines(name):
             return False
         scope = scope.parent
     return False
@@ -595,7 +584,7 @@ def _rename_outer_values(graph: Graph, renamed: dict[str, str]) -> None:
     """``ReassignSubgraphDependentNodeArgs``: outer-scope names a subgraph reads follow the renaming."""
     for node in graph.nodes():
         for slot, name in enumerate(list(node.inputs)):
-            if name in renamed and not _defined_here(graph, name):
+            if name in renamed and not graph.defines(name):
                 graph.set_input(node, slot, renamed[name])
         for sub in node.subgraphs.values():
             _rename_outer_values(sub, renamed)

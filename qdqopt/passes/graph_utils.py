@@ -94,16 +94,9 @@ def constant_initializer(
     graph: Graph, name: str, *, check_outer_scope: bool = True
 ) -> tuple[Graph, onnx.TensorProto] | None:
     """``Graph::GetConstantInitializer``: the owning graph and the tensor, or None (not one, or overridable)."""
-    if not name:
-        return None
-    tensor = graph.initializer(name)
-    if tensor is not None:
-        if graph.is_constant_initializer(name, check_outer_scope=False):
-            return graph, tensor
-        return None
-    if check_outer_scope and graph.parent is not None and not _defined_in(graph, name):
-        return constant_initializer(graph.parent, name, check_outer_scope=True)
-    return None
+    owner = graph.initializer_owner(name, check_outer_scope=check_outer_scope)
+    tensor = graph.constant_initializer(name, check_outer_scope=check_outer_scope)
+    return None if owner is None or tensor is None else (owner, tensor)
 
 
 def is_constant(graph: Graph, name: str) -> bool:
@@ -113,20 +106,12 @@ def is_constant(graph: Graph, name: str) -> bool:
 
 def constant_array(graph: Graph, name: str) -> np.ndarray | None:
     """The value of a constant initializer (``Initializer``), or None."""
-    found = constant_initializer(graph, name)
-    if found is None:
-        return None
-    owner, _ = found
-    return owner.array(name)
+    return graph.constant_array(name)
 
 
 def initializer_map_order(graph: Graph) -> list[str]:
     """Initializer names in ``name_to_initial_tensor_`` iteration order (``GetAllInitializedTensors()``)."""
     return graph.initializer_map_order()
-
-
-def _defined_in(graph: Graph, name: str) -> bool:
-    return graph.producer(name) is not None or graph.is_initializer(name) or any(i.name == name for i in graph.inputs)
 
 
 # ------------------------------------------------------------------------------------------------------ edges
@@ -355,7 +340,7 @@ def _is_initializer(graph: Graph, name: str) -> bool:
         return False
     if graph.is_initializer(name):
         return True
-    return graph.parent is not None and not _defined_in(graph, name) and _is_initializer(graph.parent, name)
+    return graph.parent is not None and not graph.defines(name) and _is_initializer(graph.parent, name)
 
 
 @dataclass(frozen=True)
@@ -554,7 +539,7 @@ def value_shape(graph: Graph, name: str) -> ShapeDims | None:
         return [int(d) for d in tensor.dims]
     type_proto = declared.type if declared is not None else _type_of(graph, name)
     if type_proto is None or not type_proto.HasField("tensor_type"):
-        if type_proto is None and graph.parent is not None and not _defined_in(graph, name):
+        if type_proto is None and graph.parent is not None and not graph.defines(name):
             return value_shape(graph.parent, name)
         return None
     tensor_type = type_proto.tensor_type

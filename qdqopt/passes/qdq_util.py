@@ -114,20 +114,12 @@ def _initializer_graph(graph: Graph, name: str, *, check_outer_scope: bool = Tru
 
 def constant_initializer(graph: Graph, name: str, *, check_outer_scope: bool = True) -> onnx.TensorProto | None:
     """``Graph::GetConstantInitializer``: the initializer if no graph input can override it, else None."""
-    if not name:
-        return None
-    owner = _initializer_graph(graph, name, check_outer_scope=check_outer_scope)
-    if owner is None or not owner.is_constant_initializer(name, check_outer_scope=False):
-        return None
-    return owner.initializer(name)
+    return graph.constant_initializer(name, check_outer_scope=check_outer_scope)
 
 
 def constant_array(graph: Graph, name: str, *, check_outer_scope: bool = True) -> np.ndarray | None:
     """The value of a constant initializer (see :func:`constant_initializer`) as numpy."""
-    owner = _initializer_graph(graph, name, check_outer_scope=check_outer_scope)
-    if owner is None or not owner.is_constant_initializer(name, check_outer_scope=False):
-        return None
-    return owner.array(name)
+    return graph.constant_array(name, check_outer_scope=check_outer_scope)
 
 
 # ---------------------------------------------------------------------------------------------- NodeArg types

@@ -80,20 +80,12 @@ class WeightBiasQuantization(GraphTransformer):
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _defined_here(graph: Graph, name: str) -> bool:
-    return graph.producer(name) is not None or graph.is_initializer(name) or name in graph.graph_input_names()
-
-
 def _initializer_any_scope(graph: Graph, name: str) -> onnx.TensorProto | None:
     """``graph_utils::IsInitializer(graph, name, check_outer_scope=true)``, returning the tensor."""
-    scope: Graph | None = graph
-    while scope is not None:
-        if scope.is_initializer(name):
-            return scope.initializer(name)
-        if _defined_here(scope, name):
-            return None
-        scope = scope.parent
-    return None
+    owner = graph.initializer_owner(name)
+    if owner is None:
+        return None
+    return owner.initializer(name)
 
 
 def _is_scalar(shape: tuple[int | None, ...] | None) -> bool:
