@@ -60,6 +60,10 @@ class PipelineResult:
 
     trace: list[TraceEntry] = field(default_factory=list)
     unimplemented: list[str] = field(default_factory=list)
+    #: the context the passes got (set when the run starts)
+    context: PassContext | None = None
+    #: whether the run ended early at ``stop_before``
+    stopped: bool = False
 
     def ort_lines(self) -> list[str]:
         return [e.ort_line() for e in self.trace]
@@ -99,8 +103,13 @@ def run_pipeline(
     disabled: set[str] | None = None,
     target: Target | None = None,
     on_pass: Snapshot | None = None,
+    stop_before: str | None = None,
 ) -> PipelineResult:
-    """Run ORT's session transformations on ``model`` in place."""
+    """Run ORT's session transformations on ``model`` in place.
+
+    With ``stop_before``, the run stops right before the first application of that transformer (the graph is then
+    exactly what that pass would see; ``PipelineResult.context`` is the context it would get).
+    """
     cfg = config or SessionConfig()
     tgt = target or Target.detect()
     off = set(disabled or ()) | set(cfg.disabled_by_config())
@@ -119,6 +128,8 @@ def run_pipeline(
     missing = {spec.name: tuple(r.name for r in rules if r.name not in RULES) for spec, rules in plan if spec.rules}
 
     def apply(spec: PassSpec, transformer: GraphTransformer | None, step: int) -> bool:
+        if spec.name == stop_before:
+            raise _Stop
         before = op_counts(graph)
         modified = transformer.apply(graph, ctx) if transformer is not None else False
         entry = TraceEntry(spec.name, spec.stage, step, modified, transformer is not None)
@@ -167,6 +178,28 @@ def run_pipeline(
                 break
         return changed_at_all
 
+    result.context = ctx
+    try:
+        _run_stages(graph, ctx, cfg, by_stage, apply, apply_level, apply_insert_cast)
+    except _Stop:
+        result.stopped = True
+    return result
+
+
+class _Stop(Exception):
+    """Raised to end a run at ``stop_before``."""
+
+
+def _run_stages(
+    graph: Graph,
+    ctx: PassContext,
+    cfg: SessionConfig,
+    by_stage: dict[str, list[tuple[PassSpec, GraphTransformer | None, tuple[RuleSpec, ...]]]],
+    apply: Callable[[PassSpec, GraphTransformer | None, int], bool],
+    apply_level: Callable[[str], bool],
+    apply_insert_cast: Callable[[], bool],
+) -> None:
+    """``InferenceSession::TransformGraph``'s order of stages."""
     for spec, transformer, _ in by_stage.get("pre", []):
         apply(spec, transformer, 0)
     apply_level("L0")
@@ -185,4 +218,3 @@ def run_pipeline(
     for spec, transformer, _ in by_stage.get("post", []):
         apply(spec, transformer, 0)
     check_kernels(graph)
-    return result
