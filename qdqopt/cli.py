@@ -6,6 +6,7 @@ Commands::
     qdqopt passes [--level L] [--config KEY=VALUE]...
     qdqopt trace IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--ort]
     qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--strict]
+    qdqopt explain IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--all]
     qdqopt demo
 
 Bad input (a missing file, a file that is not ONNX, a model ORT rejects, an unknown level) prints one line on
@@ -188,6 +189,35 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return worst
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    from qdqopt.explain import explain
+
+    config = _config(args.config)
+    reports = explain(args.input, args.level, config=config, disabled=args.disable or ())
+    int8 = Target.detect().with_config(SessionConfig.from_mapping(config, warn=False)).int8_allowed
+    print(f"QDQ node units of {args.input} as QDQSelectorActionTransformer sees them (int8 allowed: {int8})")
+    counts: collections.Counter[str] = collections.Counter()
+    for report in reports:
+        outcome = str(getattr(report, "outcome", "?"))
+        counts[outcome] += 1
+        if outcome == "no rule" and not args.all:
+            continue
+        rule = getattr(report, "rule", None)
+        head = f"  {outcome.upper() if outcome == 'rejected' else outcome:<9} {report.target!r} "  # type: ignore[attr-defined]
+        head += f"({report.op_type}{', rule ' + rule if rule else ''})"  # type: ignore[attr-defined]
+        result_op = getattr(report, "result_op", None)
+        if result_op:
+            head += f" -> {result_op}"
+        print(head)
+        dqs, qs = getattr(report, "dq_nodes", []), getattr(report, "q_nodes", [])
+        if dqs or qs:
+            print(f"            DQ: {', '.join(dqs) or '-'}   Q: {', '.join(qs) or '-'}")
+        for reason in getattr(report, "reasons", []):
+            print(f"            - {reason}")
+    print("summary: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    return 0
+
+
 def example_model() -> Path:
     """The bundled example: the PT2E-quantized TinyConvNet."""
     return Path(str(resources.files("qdqopt") / "examples" / "tinyconvnet_pt2e.onnx"))
@@ -246,6 +276,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-lines", type=int, default=8, help="differences shown per level")
     p.add_argument("--verbose", "-v", action="store_true", help="list every pass disabled on both sides")
     p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("explain", help="list every QDQ node unit and why it was fused or not")
+    p.add_argument("input")
+    common(p)
+    p.set_defaults(level="extended")
+    p.add_argument("--all", action="store_true", help="also list nodes no fusion rule applies to")
+    p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("demo", help="trace and diff the bundled example model at every level")
     p.set_defaults(func=cmd_demo)

@@ -123,3 +123,19 @@ def test_diff_reports_tiers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 def test_example_is_the_committed_fixture() -> None:
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "models" / "tinyconvnet_pt2e.onnx"
     assert example_model().read_bytes() == fixture.read_bytes()
+
+
+def test_explain_names_the_units_that_stay_float(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", str(example_model())]) == 0
+    default = capsys.readouterr().out
+    assert default.count("REJECTED") >= 2 and "mixed input types" in default
+    assert main(["explain", str(example_model()), "-c", "session.qdqisint8allowed=1"]) == 0
+    allowed = capsys.readouterr().out
+    assert "REJECTED" not in allowed
+    assert allowed.count("-> QLinearConv") == 4 and "-> com.microsoft.QLinearAdd" in allowed
+    assert "-> com.microsoft.QGemm" in allowed
+
+
+def test_explain_below_extended_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", str(example_model()), "--level", "basic"]) == 2
+    assert "does not run in this session" in capsys.readouterr().err

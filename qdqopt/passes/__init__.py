@@ -20,6 +20,7 @@ from qdqopt.passes.memcpy import MemcpyTransformer
 from qdqopt.passes.qdq_final_cleanup import QDQFinalCleanupTransformer
 from qdqopt.passes.qdq_propagation import QDQPropagationTransformer
 from qdqopt.passes.qdq_s8_to_u8 import QDQS8ToU8Transformer
+from qdqopt.passes.qdq_selector_action import QDQSelectorActionTransformer
 from qdqopt.passes.reshape_fusion import ReshapeFusion
 from qdqopt.passes.rules_level1 import LEVEL1_RULE_CLASSES
 from qdqopt.passes.rules_level2 import LEVEL2_RULE_CLASSES
@@ -53,6 +54,7 @@ TRANSFORMERS: dict[str, type[GraphTransformer]] = {
     ConstantFolding.name: ConstantFolding,
     WeightBiasQuantization.name: WeightBiasQuantization,
     QDQS8ToU8Transformer.name: QDQS8ToU8Transformer,
+    QDQSelectorActionTransformer.name: QDQSelectorActionTransformer,
     QDQFinalCleanupTransformer.name: QDQFinalCleanupTransformer,
 }
 

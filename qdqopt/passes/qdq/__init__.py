@@ -1,0 +1,1 @@
+"""The selector/action machinery of ``QDQSelectorActionTransformer``: selectors, actions and the CPU registry."""

@@ -1,0 +1,727 @@
+"""Node-group selectors of ``QDQSelectorActionTransformer`` (ORT's ``qdq_selectors.cc``, notes selector_action §2-3).
+
+A selector looks at one *target* node and the DequantizeLinear parents / QuantizeLinear children around it::
+
+    DQ(x) ─┐
+    DQ(w) ─┼─> Target ─> [Relu|Clip, redundant] ─> Q ─> ...
+    DQ(b) ─┘
+
+and returns either a :class:`Selection` (the DQs by input slot, the target, the Qs, an optional redundant clip) or
+a :class:`Rejection` with the reasons, in ORT's check order (the first one is the one that decided). The six
+``CanCreateNodeGroup`` messages are ORT's own words (typos included); every other reason is ours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from qdqopt.graph import Graph, Node
+from qdqopt.passes.qdq_util import (
+    ValueTypes,
+    constant_array,
+    constant_initializer,
+    is_dq_supported,
+    is_q_or_dq_scale_positive_constant_scalar,
+    is_qdq_pair_supported,
+    is_scalar_arg,
+    produces_graph_output,
+)
+from qdqopt.passes.rules_level2 import clip_constant_min_max
+
+__all__ = [
+    "BinarySelector",
+    "ConvSelector",
+    "DQMatMulNBitsSelector",
+    "DropDQSelector",
+    "DropQDQSelector",
+    "GemmSelector",
+    "MatMulSelector",
+    "NodeGroupSelector",
+    "Rejection",
+    "Selection",
+    "SplitSelector",
+    "UnarySelector",
+    "VariadicSelector",
+    "WhereSelector",
+]
+
+TP = onnx.TensorProto
+INT16 = (TP.INT16, TP.UINT16)
+INT4 = (TP.INT4, TP.UINT4)
+_DTYPE_NAME = {v: k.lower() for k, v in TP.DataType.items()}
+
+
+def dtype_name(dtype: int | None) -> str:
+    return "unknown" if dtype is None else _DTYPE_NAME.get(dtype, str(dtype))
+
+
+@dataclass
+class Selection:
+    """A unit ORT would fuse: DQs by input slot (``None`` pads Conv/Gemm's bias slot), target, Qs, redundant clip."""
+
+    dq_nodes: list[Node | None]
+    target: Node
+    q_nodes: list[Node]
+    clip: Node | None = None
+
+
+@dataclass
+class Rejection:
+    """Why a selector returned nothing: reasons in check order."""
+
+    reasons: list[str] = field(default_factory=list)
+
+
+def _input(node: Node, slot: int) -> str:
+    return node.inputs[slot] if slot < len(node.inputs) else ""
+
+
+class Ctx:
+    """What the selectors read: the graph, its NodeArg types and whether int8 is allowed."""
+
+    def __init__(self, graph: Graph, int8_allowed: bool) -> None:
+        self.graph = graph
+        self.types = ValueTypes(graph)
+        self.int8_allowed = int8_allowed
+
+    def elem_type(self, name: str) -> int | None:
+        graph = self.graph
+        producer = graph.producer(name)
+        if producer is not None and producer.op_type == "QuantizeLinear":
+            return self.q_out_type(producer)
+        return self.types.elem_type(name)
+
+    def dq_in_type(self, dq: Node) -> int | None:
+        found = self.elem_type(dq.inputs[0])
+        if found is None and _input(dq, 2):
+            found = self.types.elem_type(dq.inputs[2])
+        return found
+
+    def q_out_type(self, q: Node) -> int | None:
+        zp = _input(q, 2)
+        if zp:
+            return self.types.elem_type(zp)
+        attr = q.attributes.get("output_dtype")
+        return int(attr.i) if attr is not None and attr.i else TP.UINT8
+
+    def shape(self, name: str) -> list[int | None] | None:
+        shape = self.types.shape(name)
+        if shape is None:
+            return None
+        return [d.dim_value if d.HasField("dim_value") else None for d in shape]
+
+
+# ------------------------------------------------------------------------------------------------ group finding
+def find_parents_by_type(graph: Graph, node: Node, op_type: str) -> list[Node]:
+    """``FindParentsByType``: producers of that op type (any domain), by destination input slot."""
+    found: list[tuple[int, Node]] = []
+    for edge in graph.input_edges(node):
+        src = graph.node(edge.src)
+        if src is not None and src.op_type == op_type:
+            found.append((edge.dst_slot, src))
+    return [n for _, n in sorted(found, key=lambda t: t[0])]
+
+
+def find_children_by_type(graph: Graph, node: Node, op_type: str) -> list[Node]:
+    """``FindChildrenByType``: consumers of that op type, by source output slot then output-edge order."""
+    edges = sorted(graph.output_edges(node), key=lambda e: e.src_slot)
+    out: list[Node] = []
+    for edge in edges:
+        dst = graph.node(edge.dst)
+        if dst is not None and dst.op_type == op_type:
+            out.append(dst)
+    return out
+
+
+def _rank0(graph: Graph, name: str) -> onnx.TensorProto | None:
+    tensor = constant_initializer(graph, name)
+    return tensor if tensor is not None and len(tensor.dims) == 0 else None
+
+
+def clip_made_redundant_by_q(graph: Graph, clip: Node, q: Node) -> bool:
+    """``QDQ::IsClipMadeRedundantByQ`` (rank-0 constant Q params; the ``rint`` criterion)."""
+    scale_t = _rank0(graph, _input(q, 1))
+    if scale_t is None or scale_t.data_type != TP.FLOAT:
+        return False
+    zp_name = _input(q, 2)
+    if not zp_name:
+        attr = q.attributes.get("output_dtype")
+        dtype = int(attr.i) if attr is not None and attr.i else TP.UINT8
+        zp = 0
+    else:
+        zp_t = _rank0(graph, zp_name)
+        if zp_t is None or zp_t.data_type not in (TP.INT8, TP.UINT8, TP.INT16, TP.UINT16):
+            return False
+        dtype = int(zp_t.data_type)
+        arr = constant_array(graph, zp_name)
+        assert arr is not None
+        zp = int(arr.reshape(-1)[0])
+    limits: dict[int, tuple[int, int]] = {
+        TP.INT8: (-128, 127),
+        TP.UINT8: (0, 255),
+        TP.INT16: (-32768, 32767),
+        TP.UINT16: (0, 65535),
+    }
+    if dtype not in limits:
+        return False
+    lo, hi = limits[dtype]
+    if clip.op_type == "Relu":
+        return zp == lo
+    bounds = clip_constant_min_max(graph, clip)
+    if bounds is None:
+        return False
+    scale_arr = constant_array(graph, _input(q, 1))
+    assert scale_arr is not None
+    scale = np.float32(scale_arr.reshape(-1)[0])
+    with np.errstate(all="ignore"):
+        qmin = int(np.int32(np.rint(np.float32(bounds[0]) / scale))) + zp
+        qmax = int(np.int32(np.rint(np.float32(bounds[1]) / scale))) + zp
+    return qmin <= lo and qmax >= hi
+
+
+def redundant_clip_candidate(graph: Graph, node: Node) -> Node | None:
+    edges = graph.output_edges(node)
+    if len(edges) != 1:
+        return None
+    consumer = graph.node(edges[0].dst)
+    if consumer is None or consumer.op_type not in ("Relu", "Clip"):
+        return None
+    if len(graph.output_edges(consumer)) != 1 or produces_graph_output(graph, consumer):
+        return None
+    return consumer
+
+
+def can_create_node_group(
+    graph: Graph, node: Node, clip: Node | None, dq_nodes: list[Node], q_nodes: list[Node]
+) -> str | None:
+    """``NodeGroup::CanCreateNodeGroup``: None or ORT's own message (verbatim)."""
+    for dq in dq_nodes:
+        if produces_graph_output(graph, dq):
+            return (
+                "QDQ node group cannot have DQ node that produces a graph output. "
+                f"DQ node: {dq.name}, target node: {node.name}"
+            )
+        edges = graph.output_edges(dq)
+        if len(edges) != 1 or edges[0].dst != node.index:
+            return (
+                "QDQ node group cannot have DQ that doesn't have a single output edge to the target node. "
+                f"DQ node: {dq.name}, target node: {node.name}"
+            )
+    if clip is not None:
+        edges = graph.output_edges(node)
+        if produces_graph_output(graph, node) or len(edges) != 1 or edges[0].dst != clip.index:
+            return (
+                "QDQ node group cannot have target node with more than one output edge if there is redunant clip "
+                f"node. target node: {node.name}"
+            )
+        cedges = graph.output_edges(clip)
+        if (
+            produces_graph_output(graph, clip)
+            or len(q_nodes) != 1
+            or len(cedges) != 1
+            or (cedges[0].dst != q_nodes[0].index)
+        ):
+            return (
+                "QDQ node group cannot have redudant clip node that doesn't have a single output edge to a Q node. "
+                f"redundant clip node: {clip.name}"
+            )
+        return None
+    if q_nodes:
+        by_output: dict[int, list[Node]] = {}
+        for edge in graph.output_edges(node):
+            dst = graph.node(edge.dst)
+            if dst is not None:
+                by_output.setdefault(edge.src_slot, []).append(dst)
+        for idx, consumers in sorted(by_output.items()):
+            is_q = [c.op_type == "QuantizeLinear" for c in consumers]
+            if any(is_q) and not all(is_q):
+                return (
+                    "QDQ node group cannot have an output from the target node being consumed by a Q node and a "
+                    f"non-Q node. target node: {node.name}"
+                )
+            if consumers and is_q[0] and idx < len(node.outputs) and graph.is_graph_output(node.outputs[idx]):
+                return (
+                    "QDQ node group cannot have an output from the target node that is consumed by a Q node and a "
+                    f"graph output. target node: {node.name} output idx:{idx}"
+                )
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ selectors
+class NodeGroupSelector:
+    """``BaseSelector`` + ``NodeGroupSelector``: find the group, then :meth:`check` it."""
+
+    def select(self, ctx: Ctx, node: Node) -> Selection | Rejection:
+        graph = ctx.graph
+        dq_nodes = find_parents_by_type(graph, node, "DequantizeLinear")
+        clip = redundant_clip_candidate(graph, node)
+        q_nodes = find_children_by_type(graph, clip or node, "QuantizeLinear")
+        if clip is not None and (len(q_nodes) != 1 or not clip_made_redundant_by_q(graph, clip, q_nodes[0])):
+            return Rejection(
+                [f"{clip.op_type} {clip.name!r} after the target is not made redundant by its Q, so no rule can fuse"]
+            )
+        reasons = self.check(ctx, node, clip, dq_nodes, q_nodes)
+        if reasons:
+            return Rejection(reasons)
+        return Selection(self.layout(dq_nodes), node, q_nodes, clip)
+
+    def layout(self, dq_nodes: list[Node]) -> list[Node | None]:
+        return list(dq_nodes)
+
+    def check(
+        self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]
+    ) -> list[str]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # helpers --------------------------------------------------------------------------------------------------
+    @staticmethod
+    def check_qdq_nodes(
+        ctx: Ctx,
+        node: Node,
+        clip: Node | None,
+        dqs: list[Node],
+        qs: list[Node],
+        num_dq_inputs: int = -1,
+        *,
+        empty_q_allowed: bool = False,
+    ) -> str | None:
+        graph = ctx.graph
+        if num_dq_inputs == -1:
+            num_dq_inputs = sum(1 for v in node.inputs if v)
+        if num_dq_inputs != len(dqs):
+            missing = [i for i, v in enumerate(node.inputs) if v and not _from_dq(graph, v)]
+            if len(dqs) < num_dq_inputs and missing:
+                return f"input {missing[0]} is not produced by a DequantizeLinear ({len(dqs)} of {num_dq_inputs} DQ)"
+            return f"expected {num_dq_inputs} DequantizeLinear input(s), found {len(dqs)}"
+        msg = can_create_node_group(graph, node, clip, dqs, qs)
+        if msg is not None:
+            return msg
+        if not qs:
+            return None if empty_q_allowed else "the output is not consumed by a QuantizeLinear"
+        n_out = sum(1 for v in node.outputs if v)
+        if n_out != len(qs) or len(qs) != len(graph.output_edges(node)):
+            edges = len(graph.output_edges(node))
+            return f"{len(qs)} QuantizeLinear consumer(s) for {n_out} output(s) and {edges} output edge(s)"
+        if produces_graph_output(graph, node):
+            return "the target produces a graph output"
+        return None
+
+
+def _from_dq(graph: Graph, value: str) -> bool:
+    producer = graph.producer(value)
+    return producer is not None and producer.op_type == "DequantizeLinear"
+
+
+def _mismatch(what: str, a: int | None, b: int | None) -> str:
+    return f"{what} types differ ({dtype_name(a)} vs {dtype_name(b)})"
+
+
+def _bits_reason(types: list[int | None], allow_16bit: bool, allow_4bit: bool) -> str | None:
+    if not allow_16bit and any(t in INT16 for t in types):
+        return "16-bit quantization not allowed by this rule"
+    if not allow_4bit and any(t in INT4 for t in types):
+        return "4-bit quantization not allowed by this rule"
+    return None
+
+
+def _qdq_pair_reason(graph: Graph, q: Node, dq: Node) -> str | None:
+    if is_qdq_pair_supported(graph, q, dq, check_op_type=False):
+        return None
+    if len(q.inputs) != 3 or len(dq.inputs) != 3 or not q.inputs[2] or not dq.inputs[2]:
+        return "Q and DQ parameters differ (a zero point is missing)"
+    names = (q.inputs[1], q.inputs[2], dq.inputs[1], dq.inputs[2])
+    for n in names:
+        if constant_initializer(graph, n) is None:
+            return f"Q and DQ parameters differ ({n!r} is not a constant initializer)"
+        if not is_scalar_arg(graph, n):
+            return f"Q and DQ parameters differ ({n!r} is not a scalar)"
+    qs, dqs = constant_array(graph, names[0]), constant_array(graph, names[2])
+    qz, dqz = constant_array(graph, names[1]), constant_array(graph, names[3])
+    assert qs is not None and dqs is not None and qz is not None and dqz is not None
+    if qz.dtype != dqz.dtype or qz.tobytes() != dqz.tobytes():
+        return f"Q and DQ parameters differ (zero point {qz.reshape(-1)[0]} vs {dqz.reshape(-1)[0]})"
+    return f"Q and DQ parameters differ (scale {qs.reshape(-1)[0]} vs {dqs.reshape(-1)[0]})"
+
+
+class DropQDQSelector(NodeGroupSelector):
+    def __init__(self, allow_16bit: bool, allow_4bit: bool, allow_nonpositive_scale: bool) -> None:
+        self.allow_16bit = allow_16bit
+        self.allow_4bit = allow_4bit
+        self.allow_nonpositive_scale = allow_nonpositive_scale
+
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
+        graph = ctx.graph
+        if clip is not None:
+            return [f"a redundant {clip.op_type} follows the target (drop rules never absorb one)"]
+        msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs, 1)
+        if msg:
+            return [msg]
+        dq, q = dqs[0], qs[0]
+        dt_in, dt_out = ctx.dq_in_type(dq), ctx.q_out_type(q)
+        if dt_in != dt_out:
+            return [_mismatch("DQ input and Q output", dt_in, dt_out)]
+        bits = _bits_reason([dt_in], self.allow_16bit, self.allow_4bit)
+        if bits:
+            return [bits]
+        if node.op_type == "Resize":
+            mode = node.attr("mode")
+            if mode is not None and mode != "nearest":
+                return [f"Resize mode {mode!r} is not 'nearest'"]
+            if node.attr("coordinate_transformation_mode") == "tf_crop_and_resize":
+                return ["Resize coordinate_transformation_mode is 'tf_crop_and_resize'"]
+        if not self.allow_nonpositive_scale and not is_q_or_dq_scale_positive_constant_scalar(graph, q):
+            return ["the Q scale is not a positive constant scalar"]
+        pair = _qdq_pair_reason(graph, q, dq)
+        return [pair] if pair else []
+
+
+class DropDQSelector(NodeGroupSelector):
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
+        if clip is not None:
+            return [f"a redundant {clip.op_type} follows the target"]
+        if len(dqs) != 1:
+            return [f"expected 1 DequantizeLinear input, found {len(dqs)}"]
+        msg = can_create_node_group(ctx.graph, node, clip, dqs, qs)
+        if msg:
+            return [msg]
+        bits = _bits_reason([ctx.dq_in_type(dqs[0])], False, False)
+        if bits:
+            return [bits]
+        if not is_dq_supported(ctx.graph, dqs[0]):
+            return ["the DQ scale/zero point is not a constant scalar (or the zero point is missing)"]
+        return []
+
+
+class SplitSelector(NodeGroupSelector):
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
+        if clip is not None:
+            return [f"a redundant {clip.op_type} follows the target"]
+        msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs, 1)
+        if msg:
+            return [msg]
+        dt_in = ctx.dq_in_type(dqs[0])
+        if dt_in in INT4:
+            return ["4-bit quantization not allowed by this rule"]
+        for q in qs:
+            dt_out = ctx.q_out_type(q)
+            if dt_out != dt_in:
+                return [_mismatch("DQ input and Q output", dt_in, dt_out)]
+            pair = _qdq_pair_reason(ctx.graph, q, dqs[0])
+            if pair:
+                return [pair]
+        return []
+
+
+class UnarySelector(NodeGroupSelector):
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
+        msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs, 1)
+        if msg:
+            return [msg]
+        dt_in, dt_out = ctx.dq_in_type(dqs[0]), ctx.q_out_type(qs[0])
+        if dt_in != dt_out:
+            return [_mismatch("DQ input and Q output", dt_in, dt_out)]
+        bits = _bits_reason([dt_in], False, False)
+        return [bits] if bits else []
+
+
+class BinarySelector(NodeGroupSelector):
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
+        msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs)
+        if msg:
+            return [msg]
+        a, b, y = ctx.dq_in_type(dqs[0]), ctx.dq_in_type(dqs[1]), ctx.q_out_type(qs[0])
+        if a != b:
+            return [f"mixed input types ({dtype_name(a)} and {dtype_name(b)})"]
+        if a != y:
+            return [_mismatch("input and output", a, y)]
+        bits = _bits_reason([a], False, False)
+        return [bits] if bits else []
+
+
+class VariadicSelector(NodeGroupSelector):
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
+        msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs)
+        if msg:
+            return [msg]
+        ins = [ctx.dq_in_type(d) for d in dqs]
+        outs = [ctx.q_out_type(q) for q in qs]
+        if any(t != ins[0] for t in ins):
+            return ["mixed input types (" + ", ".join(dtype_name(t) for t in ins) + ")"]
+        if any(t != outs[0] for t in outs):
+            return ["mixed output types"]
+        if ins[0] != outs[0]:
+            return [_mismatch("input and output", ins[0], outs[0])]
+        bits = _bits_reason([ins[0]], False, False)
+        return [bits] if bits else []
+
+
+class WhereSelector(NodeGroupSelector):
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
+        msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs, 2)
+        if msg:
+            return [msg]
+        x, y, out = ctx.dq_in_type(dqs[0]), ctx.dq_in_type(dqs[1]), ctx.q_out_type(qs[0])
+        if x != y or x != out:
+            return [f"mixed types (x {dtype_name(x)}, y {dtype_name(y)}, output {dtype_name(out)})"]
+        bits = _bits_reason([x], False, False)
+        return [bits] if bits else []
+
+
+def _int8_reason(ctx: Ctx, a: int | None, b: int | None) -> str | None:
+    if a == TP.INT8 and not ctx.int8_allowed:
+        return "int8 activations not allowed (session.qdqisint8allowed=0)"
+    if a == TP.INT8 and b != TP.INT8:
+        return f"int8 activation with a {dtype_name(b)} weight"
+    return None
+
+
+class ConvSelector(NodeGroupSelector):
+    def layout(self, dq_nodes: list[Node]) -> list[Node | None]:
+        out: list[Node | None] = list(dq_nodes)
+        return out + [None] * (3 - len(out))
+
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
+        graph = ctx.graph
+        msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs)
+        if msg:
+            return [msg]
+        x, w, y = ctx.dq_in_type(dqs[0]), ctx.dq_in_type(dqs[1]), ctx.q_out_type(qs[0])
+        # the type checks are reported together (the first one listed is the one ORT stops at)
+        type_reasons = [
+            r
+            for r in (
+                _mismatch("input and output", x, y) if x != y else None,
+                "4-bit weight not allowed" if w in INT4 else None,
+                _int8_reason(ctx, x, w),
+            )
+            if r
+        ]
+        if type_reasons:
+            return type_reasons
+        if len(dqs) == 3:
+            if ctx.dq_in_type(dqs[2]) != TP.INT32:
+                return ["the bias is not int32"]
+            r = _conv_bias_reason(graph, dqs)
+            if r:
+                return [r]
+        bits = _bits_reason([x, w], False, True)
+        return [bits] if bits else []
+
+
+def _conv_bias_reason(graph: Graph, dqs: list[Node]) -> str | None:
+    xs_t, ws_t, bs_t = (constant_initializer(graph, _input(d, 1)) for d in dqs)
+    if xs_t is None or ws_t is None or bs_t is None or any(t.data_type != TP.FLOAT for t in (xs_t, ws_t, bs_t)):
+        return "bias scale check: x, w and bias scales must be constant float initializers"
+    xs, ws, bs = (constant_array(graph, _input(d, 1)) for d in dqs)
+    assert xs is not None and ws is not None and bs is not None
+    if xs.ndim > 1 or (xs.ndim == 1 and xs.size != 1) or 0 in (xs.size, ws.size, bs.size):
+        return "bias scale check: bad scale shapes"
+    wn, bn = ws.size, bs.size
+    if not (wn == 1 or bn in (1, wn)):
+        return "bias scale check: scale lengths differ"
+    if not (np.isfinite(xs).all() and np.isfinite(ws).all() and np.isfinite(bs).all()):
+        return "bias scale check: non-finite scale"
+    n = max(wn, bn)
+    wv = np.broadcast_to(ws.reshape(-1), (n,)) if wn == 1 else ws.reshape(-1)
+    bv = np.broadcast_to(bs.reshape(-1), (n,)) if bn == 1 else bs.reshape(-1)
+    xw = np.float32(xs.reshape(-1)[0]) * wv.astype(np.float32)
+    if (np.abs(bv - xw) > np.float32(1e-6) + np.float32(1e-2) * np.abs(xw)).any():
+        return "bias scale is not x_scale * w_scale"
+    zp = _input(dqs[2], 2)
+    if zp:
+        zt = constant_initializer(graph, zp)
+        za = constant_array(graph, zp)
+        if zt is None or za is None or zt.data_type != TP.INT32 or za.size == 0 or (za != 0).any():
+            return "bias zero point is not a constant int32 zero"
+    return None
+
+
+class MatMulSelector(NodeGroupSelector):
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
+        if len(dqs) != 2:
+            return [f"expected 2 DequantizeLinear inputs, found {len(dqs)}"]
+        a, b = ctx.dq_in_type(dqs[0]), ctx.dq_in_type(dqs[1])
+        r = _int8_reason(ctx, a, b) or _bits_reason([a, b], False, False)
+        if r:
+            return [r]
+        if qs:
+            msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs)
+            if msg:
+                return [msg]
+            y = ctx.q_out_type(qs[0])
+            if a != y:
+                return [_mismatch("input and output", a, y)]
+        elif clip is not None:
+            return ["a redundant clip without a Q"]
+        return []
+
+
+def _rank_dims(graph: Graph, name: str) -> list[int] | None:
+    tensor = constant_initializer(graph, name)
+    if tensor is not None:
+        return list(tensor.dims)
+    return None
+
+
+class GemmSelector(NodeGroupSelector):
+    def layout(self, dq_nodes: list[Node]) -> list[Node | None]:
+        out: list[Node | None] = list(dq_nodes)
+        return out + [None] * (3 - len(out))
+
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
+        msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs, empty_q_allowed=True)
+        if msg:
+            return [msg]
+        if clip is not None and not qs:
+            return ["a redundant clip without a Q"]
+        dqa, dqb = dqs[0], dqs[1]
+        if not _input(dqa, 2):
+            return ["DQ of input A has no zero point"]
+        for n in (_input(dqa, 1), _input(dqa, 2)):
+            s = ctx.shape(n)
+            if s is None or not (len(s) == 0 or s == [1]):
+                return ["A scale/zero point is not a scalar"]
+        if not _input(dqb, 2):
+            return ["DQ of input B has no zero point"]
+        wshape = ctx.shape(dqb.inputs[0])
+        trans_b = node.attr("transB", 0)
+        n_dim = wshape[0 if trans_b else 1] if wshape is not None and len(wshape) == 2 else None
+        shapes = []
+        for n in (_input(dqb, 1), _input(dqb, 2)):
+            s = ctx.shape(n)
+            ok = s is not None and (len(s) == 0 or s == [1] or (n_dim is not None and s == [n_dim]))
+            if not ok:
+                return ["B scale/zero point shape is neither scalar nor [N]"]
+            shapes.append(s)
+        if shapes[0] != shapes[1]:
+            return ["B scale and zero point shapes differ"]
+        a, b = ctx.dq_in_type(dqa), ctx.dq_in_type(dqb)
+        if a == TP.INT8 and b != TP.INT8:
+            return [f"int8 activation with a {dtype_name(b)} weight"]
+        if qs:
+            y = ctx.q_out_type(qs[0])
+            if a != y:
+                return [_mismatch("input and output", a, y)]
+            for n in (_input(qs[0], 1), _input(qs[0], 2)):
+                if not n:
+                    continue
+                s = ctx.shape(n)
+                if s is None or not (len(s) == 0 or s == [1]):
+                    return ["Y scale/zero point is not a scalar"]
+        bits = _bits_reason([a, b], False, False)
+        if bits:
+            return [bits]
+        if len(dqs) == 3:
+            if abs(float(node.attr("alpha", 1.0)) - 1.0) > 1e-6:  # type: ignore[arg-type]
+                return ["alpha is not 1 with a quantized bias"]
+            if abs(float(node.attr("beta", 1.0)) - 1.0) > 1e-6:  # type: ignore[arg-type]
+                return ["beta is not 1 with a quantized bias"]
+            if ctx.dq_in_type(dqs[2]) != TP.INT32:
+                return ["the bias is not int32"]
+        return []
+
+
+NBITS_TYPES: dict[int, int] = {TP.INT2: 2, TP.UINT2: 2, TP.INT4: 4, TP.UINT4: 4, TP.INT8: 8, TP.UINT8: 8}
+
+
+class DQMatMulNBitsSelector(NodeGroupSelector):
+    """``DQMatMulNodeGroupSelector``: a constant 2/4/8-bit weight behind its own DQ feeding input B.
+
+    Observed on 1.32 (beyond the source snapshot of the notes): the rest of the unit may be a 16-bit QDQ unit (an
+    int16/uint16 activation DQ on A, int16/uint16 Qs on the output), which no QLinear op could take; an 8-bit
+    activation DQ or an 8-bit Q blocks the rule. Only the weight DQ is selected (and removed).
+    """
+
+    def select(self, ctx: Ctx, node: Node) -> Selection | Rejection:
+        result = super().select(ctx, node)
+        if isinstance(result, Selection):
+            weight = next(d for d in result.dq_nodes if d is not None and d.outputs[0] == _input(node, 1))
+            result.dq_nodes = [weight]
+        return result
+
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
+        graph = ctx.graph
+        if clip is not None:
+            return [f"a redundant {clip.op_type} follows the target"]
+        q_types = [ctx.q_out_type(q) for q in qs]
+        if any(t not in INT16 for t in q_types):
+            return ["the output is consumed by an 8-bit QuantizeLinear (QLinear rules own that unit)"]
+        is_gemm = node.op_type == "Gemm"
+        weight = next((d for d in dqs if d.outputs[0] == _input(node, 1)), None)
+        if weight is None:
+            return ["the weight (input 1) is not produced by a DequantizeLinear"]
+        others = [d for d in dqs if d is not weight]
+        bias_dq = [d for d in others if is_gemm and d.outputs[0] == _input(node, 2)]
+        act = [d for d in others if d not in bias_dq]
+        if any(d.outputs[0] != _input(node, 0) for d in act) or len(act) > 1:
+            return [f"unexpected DequantizeLinear inputs ({len(dqs)})"]
+        if act and ctx.dq_in_type(act[0]) not in INT16:
+            return [
+                f"the activation DQ is {dtype_name(ctx.dq_in_type(act[0]))} (8-bit QDQ units belong to MatMul/Gemm)"
+            ]
+        if len(graph.output_edges(weight)) != 1 or produces_graph_output(graph, weight):
+            return ["the weight DQ does not have exactly one output edge (or produces a graph output)"]
+        if len(graph.consumers(weight.inputs[0])) > 1 or len(graph.consumers(_input(weight, 1))) > 1:
+            return ["the weight or scale initializer is shared with another node"]
+        w_dims = _rank_dims(graph, weight.inputs[0])
+        if is_gemm:
+            alpha = float(node.attr("alpha", 1.0))  # type: ignore[arg-type]
+            beta = float(node.attr("beta", 1.0))  # type: ignore[arg-type]
+            if abs(alpha - 1.0) > 1e-6 or node.attr("transA", 0) or node.attr("transB", 0):
+                return ["Gemm alpha != 1 or transposed inputs"]
+            if _input(node, 2):
+                if abs(beta - 1.0) > 1e-6:
+                    return ["Gemm beta != 1 with a bias"]
+                n_dim = w_dims[1] if w_dims is not None and len(w_dims) == 2 else None
+                b_shape = ctx.shape(_input(node, 2))
+                if n_dim is None or b_shape != [n_dim]:
+                    return ["the Gemm bias is not [N]"]
+        reason = validate_dq_for_nbits(ctx, weight)
+        return [reason] if reason else []
+
+
+def validate_dq_for_nbits(ctx: Ctx, dq: Node) -> str | None:
+    """``ValidateDQForMatMulNBits``."""
+    graph = ctx.graph
+    scale_t = constant_initializer(graph, _input(dq, 1))
+    w_t = constant_initializer(graph, dq.inputs[0])
+    if scale_t is not None and scale_t.data_type not in (TP.FLOAT, TP.FLOAT16):
+        return f"scale type {dtype_name(scale_t.data_type)} is not float/float16"
+    dtype = ctx.dq_in_type(dq)
+    if dtype not in NBITS_TYPES:
+        return f"weight type {dtype_name(dtype)} is not 2/4/8-bit"
+    if w_t is None or scale_t is None:
+        return "the weight or scale is not a constant initializer"
+    zp = _input(dq, 2)
+    zp_t = constant_initializer(graph, zp) if zp else None
+    if zp and zp_t is None:
+        return "the zero point is not a constant initializer"
+    if len(w_t.dims) != 2:
+        return "the weight is not 2-D"
+    k, n = w_t.dims
+    block = int(dq.attr("block_size", 0))  # type: ignore[call-overload]
+    axis = dq.attr("axis")
+    if block > 0:
+        if axis not in (None, 0) and axis != 0:
+            return "blockwise DQ axis is not 0"
+        if block < 16 or block > 256 or block & (block - 1):
+            return "block_size is not a power of two in [16, 256]"
+        if len(scale_t.dims) != 2 or (zp_t is not None and len(zp_t.dims) != 2):
+            return "blockwise scale/zero point is not 2-D"
+        if list(scale_t.dims) != [(k + block - 1) // block, n] or (zp_t is not None and zp_t.dims != scale_t.dims):
+            return "blockwise scale/zero point dims do not match the weight"
+        return None
+    if len(scale_t.dims) == 0:
+        if zp_t is not None and len(zp_t.dims) != 0:
+            return "per-tensor scale with a non-scalar zero point"
+        return None
+    if list(scale_t.dims) == [n]:
+        if axis is not None and axis != 1:
+            return "per-channel DQ axis is not 1"
+        if zp_t is not None and list(zp_t.dims) != [n]:
+            return "per-channel zero point is not [N]"
+        return None
+    return "unsupported quantization granularity"

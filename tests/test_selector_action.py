@@ -1,0 +1,178 @@
+"""QDQSelectorActionTransformer against ORT, computed live.
+
+* Every ``selector/`` fixture, every corpus model ORT accepts and every committed ``fixtures/models/*.onnx``, at
+  ORT_ENABLE_EXTENDED (TransposeOptimizer off on both sides) with the default config and with
+  ``session.qdqisint8allowed=1``: byte-identical to ORT's output (tier P) with ORT's log lines.
+* :func:`explain_units` on the committed TinyConvNet (pt2e): at the default config on x86 the second Conv and the
+  residual Add are rejected with their reasons; with int8 allowed every unit fuses.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import onnx
+import pytest
+
+from fixtures.handbuilt import selector
+from qdqopt.api import run
+from qdqopt.compare import compare_level
+from qdqopt.config import SessionConfig
+from qdqopt.errors import ModelError
+from qdqopt.graph import load_model
+from qdqopt.levels import parse_level
+from qdqopt.manager import run_pipeline
+from qdqopt.passes import is_implemented
+from qdqopt.passes.qdq.actions import pack_nbits
+from qdqopt.passes.qdq_selector_action import UnitReport, explain_units
+from tests.conftest import corpus_id, corpus_models, ort_accepts
+
+CONFIGS = {"default": {}, "int8": {"session.qdqisint8allowed": "1"}}
+OFF = ["TransposeOptimizer", "TransposeOptimizer_CPUExecutionProvider"]
+MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
+TINY = MODELS / "tinyconvnet_pt2e.onnx"
+
+
+def _assert_like_ort(model: str | Path | onnx.ModelProto, config: dict[str, str]) -> None:
+    comp = compare_level(model, "extended", config=config, disabled=OFF)
+    assert comp.ours_lines == comp.ort_lines, f"ours {comp.ours_lines}\nORT  {comp.ort_lines}"
+    assert comp.report.holds("P"), "\n".join(comp.report.lines())
+
+
+def test_registered() -> None:
+    assert is_implemented("QDQSelectorActionTransformer")
+
+
+@functools.cache
+def _fixture(name: str) -> onnx.ModelProto:
+    return next(case for case in selector.GROUP.cases if case.name == name).build()
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("name", [case.name for case in selector.GROUP.cases])
+def test_fixture(name: str, config: str) -> None:
+    if name.endswith(selector.CONV_NOZP_S8[0]) and config == "int8":
+        _assert_both_fail(_fixture(name), CONFIGS[config])
+        return
+    _assert_like_ort(_fixture(name), CONFIGS[config])
+
+
+def _assert_both_fail(model: onnx.ModelProto, config: dict[str, str]) -> None:
+    """REVIEW #22: Q without zp (output_dtype int8) + GUID zps -> a QLinearConv mixing int8 and uint8: no kernel."""
+    import onnxruntime as ort
+
+    with pytest.raises(ModelError):
+        run(model, "extended", disabled=OFF, config=config)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    for key, value in config.items():
+        so.add_session_config_entry(key, value)
+    with pytest.raises(Exception, match="int8"):
+        ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("path", sorted(MODELS.glob("*.onnx")), ids=lambda p: p.name)
+def test_committed_model(path: Path, config: str) -> None:
+    _assert_like_ort(path, CONFIGS[config])
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("path", corpus_models(), ids=corpus_id)
+def test_corpus(path: Path, config: str) -> None:
+    if not ort_accepts(path):
+        pytest.skip("ORT rejects the model")
+    _assert_like_ort(path, CONFIGS[config])
+
+
+def test_fixtures_fire_the_transformer() -> None:
+    """Most fixtures must actually make ORT's transformer modify the graph (guards against vacuous fixtures)."""
+    fired = 0
+    for case in selector.GROUP.cases:
+        comp = compare_level(_fixture(case.name), "extended", config={}, disabled=OFF)
+        fired += any(line == "GraphTransformer QDQSelectorActionTransformer modified: 1" for line in comp.ort_lines)
+    assert fired >= len(selector.GROUP.cases) * 3 // 4
+
+
+# ---------------------------------------------------------------------------------------------------- explain
+def _explain(config: dict[str, str]) -> tuple[list[UnitReport], int]:
+    model = load_model(TINY)
+    result = run_pipeline(
+        model,
+        parse_level("extended"),
+        config=SessionConfig.from_mapping(config, warn=False),
+        disabled=set(OFF),
+        stop_before="QDQSelectorActionTransformer",
+    )
+    assert result.stopped and result.context is not None
+    before = [(n.index, n.op_type) for n in model.graph.nodes()]
+    units = explain_units(model.graph, result.context)
+    assert [(n.index, n.op_type) for n in model.graph.nodes()] == before, "explain modified the graph"
+    return units, len(before)
+
+
+def test_explain_default_rejects_int8_units() -> None:
+    units, _ = _explain({})
+    convs = [u for u in units if u.op_type == "Conv"]
+    assert len(convs) == 4
+    second = convs[1]
+    assert second.outcome == "rejected" and second.rule == "Conv"
+    assert any("int8" in r for r in second.reasons), second.reasons
+    assert len(second.dq_nodes) == 3 and len(second.q_nodes) == 1
+    (add,) = [u for u in units if u.op_type == "Add"]
+    assert add.outcome == "rejected" and add.rule == "2DQ"
+    assert any("mixed input types" in r and "int8" in r and "uint8" in r for r in add.reasons), add.reasons
+    assert convs[0].outcome == "fused" and convs[0].result_op == "QLinearConv"
+    assert all(u.reasons for u in units if u.outcome == "rejected")
+
+
+def test_explain_int8_allowed_fuses_everything() -> None:
+    units, _ = _explain(CONFIGS["int8"])
+    ruled = [u for u in units if u.rule is not None]
+    assert ruled and all(u.outcome in ("fused", "dropped") for u in ruled), [u for u in ruled if u.reasons]
+    results = [u.result_op for u in ruled if u.outcome == "fused"]
+    assert results.count("QLinearConv") == 4
+    assert results.count("com.microsoft.QLinearAdd") == 1
+    assert results.count("com.microsoft.QGemm") == 1
+
+
+def test_pack_nbits_int4_short_block() -> None:
+    """K=5, block 16, int4 signed: the odd nibble is padded with 8, whole trailing bytes stay 0."""
+    import numpy as np
+
+    w = np.array([[1], [-1], [0], [7], [-8]])
+    packed, scales, zps = pack_nbits(w, np.array([[0.5]]), None, 4, 16, True)
+    assert packed.shape == (1, 1, 8)
+    assert list(packed[0, 0]) == [0x79, 0xF8, 0x80, 0, 0, 0, 0, 0]
+    assert list(scales) == [0.5] and zps is None
+
+
+REASONS = {
+    # fixture: (target op, rule, a piece of the first reason)
+    "graph_output_dq": ("Sigmoid", "1DQ", "QDQ node group cannot have DQ node that produces a graph output. DQ node: "),
+    "conv_clip_kept_u8": ("Conv", "Conv", "is not made redundant by its Q"),
+    "maxpool11": ("MaxPool", "drop_no_int16_support_and_positive_scale", "MaxPool-11 is not in versions [12, 22]"),
+    "reshape_diff": ("Reshape", "drop", "Q and DQ parameters differ (scale "),
+    "add_const": ("Add", "2DQ", "input 1 is not produced by a DequantizeLinear"),
+    "add_mixed": ("Add", "2DQ", "mixed input types (uint8 and int8)"),
+    "gemm_alpha": ("Gemm", "DQMatMulToMatMulNBits/Gemm", "alpha is not 1"),
+    "d2s_u16": ("DepthToSpace", "drop_no_int16_support", "16-bit"),
+    "resize_linear": ("Resize", "drop_no_int16_support", "Resize mode 'linear'"),
+}
+
+
+@pytest.mark.parametrize("name", list(REASONS))
+def test_explain_reasons_on_unoptimized_fixture(name: str) -> None:
+    """Explain straight on a fixture (no Level1: EnsureUniqueDQ has not duplicated the graph-output DQ)."""
+    from qdqopt.partition import partition
+    from qdqopt.passes.base import PassContext
+    from qdqopt.target import Target
+
+    op, rule, reason = REASONS[name]
+    model = load_model(_fixture(f"{selector.GROUP.prefix}/{name}"))
+    partition(model.graph)
+    units = explain_units(model.graph, PassContext(config=SessionConfig(), target=Target.detect()))
+    (unit,) = [u for u in units if u.op_type == op]
+    assert unit.outcome == "rejected" and unit.rule == rule
+    assert any(reason in r for r in unit.reasons), unit.reasons
