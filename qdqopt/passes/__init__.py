@@ -12,10 +12,12 @@ from qdqopt.passes.constant_folding import ConstantFolding
 from qdqopt.passes.constant_sharing import ConstantSharing
 from qdqopt.passes.cse import CommonSubexpressionElimination
 from qdqopt.passes.double_qdq import DoubleQDQPairsRemover
+from qdqopt.passes.dynamic_quantize_matmul import DynamicQuantizeMatMulFusion
 from qdqopt.passes.ensure_unique_dq import EnsureUniqueDQForNodeUnit
 from qdqopt.passes.free_dimension_override import FreeDimensionOverrideTransformer
 from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCastTransformer
 from qdqopt.passes.matmul_add_fusion import MatMulAddFusion
+from qdqopt.passes.matmul_integer_to_float import MatMulIntegerToFloatFusion
 from qdqopt.passes.memcpy import MemcpyTransformer
 from qdqopt.passes.qdq_final_cleanup import QDQFinalCleanupTransformer
 from qdqopt.passes.qdq_propagation import QDQPropagationTransformer
@@ -49,6 +51,8 @@ TRANSFORMERS: dict[str, type[GraphTransformer]] = {
     DoubleQDQPairsRemover.name: DoubleQDQPairsRemover,
     QDQPropagationTransformer.name: QDQPropagationTransformer,
     WhereDummyDq.name: WhereDummyDq,
+    MatMulIntegerToFloatFusion.name: MatMulIntegerToFloatFusion,
+    DynamicQuantizeMatMulFusion.name: DynamicQuantizeMatMulFusion,
     MatMulAddFusion.name: MatMulAddFusion,
     CommonSubexpressionElimination.name: CommonSubexpressionElimination,
     ConstantFolding.name: ConstantFolding,
