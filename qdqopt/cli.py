@@ -232,7 +232,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     status = 0
     for config in ([], ["session.qdqisint8allowed=1"]):
         diff_args = argparse.Namespace(
-            input=str(model), level="all", all_levels=True, config=config, disable=None, strict=False, max_lines=3
+            input=str(model),
+            level="all",
+            all_levels=True,
+            config=config,
+            disable=None,
+            strict=False,
+            max_lines=3,
+            verbose=False,
         )
         status = max(status, cmd_diff(diff_args))
         print()

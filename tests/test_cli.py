@@ -139,3 +139,12 @@ def test_explain_names_the_units_that_stay_float(capsys: pytest.CaptureFixture[s
 def test_explain_below_extended_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", str(example_model()), "--level", "basic"]) == 2
     assert "does not run in this session" in capsys.readouterr().err
+
+
+def test_demo_runs_the_main_job(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's first command: trace and compare the bundled example at every level."""
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "GraphTransformer EnsureUniqueDQForNodeUnit modified: 1" in out
+    assert out.count("tier P") == 10  # five levels, default and int8-allowed
+    assert "DIFF" not in out
