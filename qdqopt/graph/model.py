@@ -112,6 +112,9 @@ def load_model(source: str | os.PathLike[str] | onnx.ModelProto) -> Model:
     header.ClearField("graph")
     opset_import = [(normalize_domain(o.domain), int(o.version)) for o in proto.opset_import]
     opsets = dict(opset_import)
+    # ORT's Model knows every domain of its registry (which is why they appear in the saved opset_import)
+    for domain, version in missing_opsets(set(opsets)):
+        opsets.setdefault(domain, version)
     graph = _build_graph(proto.graph, opsets, int(proto.ir_version), None, None)
     model = Model(header=header, graph=graph, opset_import=opset_import, base_dir=base)
     model.value_types = _infer_types(proto)

@@ -42,9 +42,6 @@ class DynamicQuantizeMatMulFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", "ACLExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        # ORT's Graph knows every registered domain (com.microsoft at version 1) even when the model does not
-        # import it; qdqopt's Graph only knows the model's imports, so the new node's schema would not resolve.
-        graph.opsets.setdefault("com.microsoft", 1)
         to_remove: list[Node] = []
         modified = False
         for node in graph.topological_order():

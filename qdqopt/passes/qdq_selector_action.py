@@ -69,9 +69,6 @@ class QDQSelectorActionTransformer(GraphTransformer):
         if self.registry_key != (level, block):
             self.registry = build_registry(level, block)
             self.registry_key = (level, block)
-        # ORT's Graph knows every registered domain (com.microsoft at version 1) even when the model does not
-        # import it; qdqopt's Graph only knows the model's imports, so the MS schemas would not resolve.
-        graph.opsets.setdefault("com.microsoft", 1)
         sctx = Ctx(graph, ctx.int8_allowed)
         return self.visit_in_order(graph, ctx, graph_level, lambda node: self._match(graph, sctx, node))
 
