@@ -72,6 +72,19 @@ def _produces_graph_output(graph: Graph, node: Node) -> bool:
     return any(value and graph.is_graph_output(value) for value in node.outputs)
 
 
+def _bind(graph: Graph, value: str, type_str: str, types: dict[str, str]) -> bool | None:
+    """Bind a type constraint for the fp32 kernel lookup: an fp16 value binds float (True), another value its own
+    type (False); None when the value's type is unknown."""
+    if _is_fp16(graph, value):
+        types[type_str] = FLOAT_TENSOR
+        return True
+    known = type_string(graph.value_type(value))
+    if known is None:
+        return None
+    types[type_str] = known
+    return False
+
+
 def _is_isolated_fp16_node_on_cpu(graph: Graph, node: Node) -> bool:
     """``IsIsolatedFp16NodeOnCpu``: a CPU fp16 node whose fp16 neighbours all need casts and that has an fp32 kernel."""
     if not graph.input_edges(node) or node.subgraphs or _produces_graph_output(graph, node) or node.ep != CPU:
@@ -89,14 +102,11 @@ def _is_isolated_fp16_node_on_cpu(graph: Graph, node: Node) -> bool:
                 value = node.inputs[index]
                 if not value:
                     continue
-                if _is_fp16(graph, value):
+                bound = _bind(graph, value, formal.type_str, types)
+                if bound is None:
+                    return False
+                if bound:
                     fp16_inputs.add(index)
-                    types[formal.type_str] = FLOAT_TENSOR
-                else:
-                    known = type_string(graph.value_type(value))
-                    if known is None:
-                        return False
-                    types[formal.type_str] = known
                 break  # only the first present arg of a formal
         start += count
     if not fp16_inputs:
@@ -109,14 +119,11 @@ def _is_isolated_fp16_node_on_cpu(graph: Graph, node: Node) -> bool:
         value = node.outputs[slot]
         if formal.type_str not in schema.constraint_names or not value:
             continue
-        if _is_fp16(graph, value):
+        bound = _bind(graph, value, formal.type_str, types)
+        if bound is None:
+            return False
+        if bound:
             fp16_outputs.add(slot)
-            types[formal.type_str] = FLOAT_TENSOR
-        else:
-            known = type_string(graph.value_type(value))
-            if known is None:
-                return False
-            types[formal.type_str] = known
     if not fp16_outputs:
         return False
     for edge in graph.output_edges(node):
