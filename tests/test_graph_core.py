@@ -140,3 +140,31 @@ def test_load_then_save_is_verbatim_for_unmodified_models() -> None:
 
 def test_target_detection_agrees_with_ort() -> None:
     assert Target.probe().nchwc_block_size == Target.detect().nchwc_block_size
+
+
+def _output_shape_after_rewrite(resolves: int) -> onnx.TypeProto:
+    """x[1,4] -> Sigmoid -> y[1,4]; a 'pass' makes y a ReduceSum(keepdims=0) of x (a scalar), then Resolve runs
+    ``resolves`` times; what type does the saved graph output get?"""
+    g = helper.make_graph(
+        [helper.make_node("Sigmoid", ["x"], ["y"], name="s")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    model = load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]))
+    graph = model.graph
+    sigmoid = next(n for n in graph.nodes() if n.op_type == "Sigmoid")
+    graph.remove_node(sigmoid)
+    attr = helper.make_attribute("keepdims", 0)
+    graph.add_node("r", "ReduceSum", ["x"], ["y"], attributes={"keepdims": attr})
+    for _ in range(resolves):
+        graph.resolve()
+    return save_model(model).graph.output[0].type
+
+
+def test_conflicting_reinference_clears_then_refills_the_shape() -> None:
+    # the Resolve right after the rewrite merges leniently: another rank clears the shape (as ORT writes it)
+    assert not _output_shape_after_rewrite(1).tensor_type.HasField("shape")
+    # a later Resolve fills the cleared shape from inference: the scalar's empty shape
+    refilled = _output_shape_after_rewrite(2).tensor_type
+    assert refilled.HasField("shape") and len(refilled.shape.dim) == 0

@@ -32,14 +32,6 @@ OWN_PASS: dict[str, tuple[str, dict[str, str]]] = {
     "cleanup_": ("QDQFinalCleanupTransformer", {"session.enable_quant_qdq_cleanup": "1"}),
 }
 
-#: (fixture, config) pairs whose only difference from ORT lies outside these passes, with the reason.
-OUTSIDE_SCOPE: dict[tuple[str, str], str] = {
-    ("level2_small/clip_dq_min_graph_input", "extra"): (
-        "graph-output declaration: with session.enable_quant_qdq_cleanup=1 ORT writes 'y' without a shape "
-        "(declared [1,4]; the rewritten producer is a scalar); qdqopt's graph core keeps the declared shape"
-    ),
-}
-
 #: Corpus models (relative to the shared corpus) where ORT's EXTENDED log shows these passes modifying the model.
 CORPUS_CASES = [
     "ort_testdata/csharp/tools/MauiModelTester/Resources/Raw/test_data/model.onnx",
@@ -89,11 +81,7 @@ def test_fixture_full_extended(name: str) -> None:
     for tag, cfg in (("default", {}), ("int8", INT8_ALLOWED), ("extra", extra)):
         if tag == "extra" and not extra:
             continue
-        result = compare_level(model, "extended", config=cfg)
-        if (name, tag) in OUTSIDE_SCOPE:
-            assert result.report.holds("S"), "\n".join(result.report.lines())
-            continue
-        _assert_p(result, f"{name} [{tag}]")
+        _assert_p(compare_level(model, "extended", config=cfg), f"{name} [{tag}]")
     alone = [n for n in L2_NAMES if n != own]
     _assert_p(compare_level(model, "extended", config=extra, disabled=alone), f"{name} [{own} alone]")
 

@@ -140,6 +140,11 @@ class Graph:
         # NodeArg types, as Resolve infers them (filled by qdqopt.partition.infer_types and the passes that type
         # the values they create)
         self._types: dict[str, onnx.TypeProto] = {}
+        #: how many times ``resolve`` ran on this graph (a pass that changed the model is followed by one)
+        self.resolves = 0
+        # value -> ``resolves`` when a pass last gave the value a producer (what decides how ORT's lenient
+        # shape merge ends for it, see :meth:`production_generation`)
+        self._produced_at: dict[str, int] = {}
 
     # ------------------------------------------------------------------ nodes
     def __len__(self) -> int:
@@ -210,6 +215,7 @@ class Graph:
         for slot, value in enumerate(node.outputs):
             if value:
                 self._producer[value] = (node.index, slot)
+                self._produced_at[value] = self.resolves
                 self._known(value)
                 self._connect_consumers_of(value)
         for value in node.inputs:
@@ -264,11 +270,25 @@ class Graph:
         node.outputs[slot] = value
         if value:
             self._producer[value] = (node.index, slot)
+            self._produced_at[value] = self.resolves
             self._known(value)
             self._connect_consumers_of(value)
         self.modified = True
 
     # ------------------------------------------------------------------ edges and values
+    def production_generation(self, value: str) -> int | None:
+        """``resolves`` at the time a pass last made a node produce ``value`` (None: produced as loaded).
+
+        The Resolve right after that pass is the first to infer the value's type from its new producer; where the
+        inferred shape conflicts with the NodeArg's, ORT's lenient merge clears the shape (or the conflicting dims),
+        and any later Resolve fills the cleared shape in again from inference.
+        """
+        return self._produced_at.get(value)
+
+    def forget_production(self) -> None:
+        """Mark every current producer as loaded (called once the model is built)."""
+        self._produced_at.clear()
+
     def producer(self, value: str) -> Node | None:
         """The node producing ``value`` in this graph, or None (graph input, initializer, outer scope, missing)."""
         found = self._producer.get(value)
@@ -467,6 +487,7 @@ class Graph:
 
         Returns the names of the initializers removed.
         """
+        self.resolves += 1
         self.fill_default_attributes()
         self.record_subgraph_reads()
         removed = self.unused_initializers()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -172,6 +173,7 @@ def _build_graph(
         if node.subgraphs:
             graph.refresh_implicit_inputs(node)
     graph.modified = False
+    graph.forget_production()
     return graph
 
 
@@ -329,9 +331,69 @@ def save_model(model: Model) -> onnx.ModelProto:
         # ORT's Resolve re-infers every type after the rewrites: infer on the rewritten graph and save again.
         fresh = _infer_types(out)
         types = dict(fresh)
+        exact: set[str] = set()
+        g = model.graph
+        declared = {v.name: v.type for v in (*g.outputs, *g.value_info) if v.HasField("type")}
         for name, known in model.value_types.items():
-            types[name] = _fill_unknown(known, fresh.get(name))
-        out.graph.CopyFrom(save_graph(model.graph, types, regenerate=True))
+            inferred = fresh.get(name)
+            existing = _merge_type(declared[name], known) if name in declared else known
+            gen = g.production_generation(name)
+            if gen is not None and existing is not None and inferred is not None and _conflict(existing, inferred):
+                # the Resolve after the pass that re-produced the value merged leniently; a later one refills
+                types[name] = inferred if gen + 1 < g.resolves else _lenient_merge(existing, inferred)
+                exact.add(name)
+            else:
+                types[name] = _fill_unknown(known, inferred)
+        out.graph.CopyFrom(save_graph(model.graph, types, regenerate=True, exact=exact))
+    return out
+
+
+def _shapes(existing: onnx.TypeProto, inferred: onnx.TypeProto) -> tuple[onnx.TensorShapeProto, onnx.TensorShapeProto]:
+    return existing.tensor_type.shape, inferred.tensor_type.shape
+
+
+def _conflict(existing: onnx.TypeProto, inferred: onnx.TypeProto) -> bool:
+    """Whether ONNX's ``mergeInShapeInfo`` of the inferred shape into the NodeArg's fails (rank or a value)."""
+    if not (existing.HasField("tensor_type") and inferred.HasField("tensor_type")):
+        return False
+    if not (existing.tensor_type.HasField("shape") and inferred.tensor_type.HasField("shape")):
+        return False
+    target, source = _shapes(existing, inferred)
+    if len(target.dim) != len(source.dim):
+        return True
+    return any(
+        s.HasField("dim_value") and t.HasField("dim_value") and s.dim_value != t.dim_value
+        for t, s in zip(target.dim, source.dim, strict=True)
+    )
+
+
+def _lenient_merge(existing: onnx.TypeProto, inferred: onnx.TypeProto) -> onnx.TypeProto:
+    """ORT's ``MergeShapeInfo`` after a failed merge: the dims merged before the failing one stay merged, then
+    ``UnionShapeInfo`` clears the shape (other rank) or every dim that differs from the inferred one."""
+    out = onnx.TypeProto()
+    out.CopyFrom(existing)
+    target_type = out.tensor_type
+    source = inferred.tensor_type.shape
+    if len(target_type.shape.dim) != len(source.dim):
+        target_type.ClearField("shape")
+        return out
+    for t, s in zip(target_type.shape.dim, source.dim, strict=True):  # mergeInShapeInfo, up to the failure
+        if s.HasField("dim_value"):
+            if t.HasField("dim_value") and t.dim_value != s.dim_value:
+                break
+            t.dim_value = s.dim_value
+        elif s.HasField("dim_param") and not t.HasField("dim_value") and not t.HasField("dim_param"):
+            t.dim_param = s.dim_param
+    for t, s in zip(target_type.shape.dim, source.dim, strict=True):  # UnionShapeInfo
+        if s.HasField("dim_value"):
+            same = t.HasField("dim_value") and t.dim_value == s.dim_value
+        elif s.HasField("dim_param"):
+            same = t.HasField("dim_param") and t.dim_param == s.dim_param
+        else:
+            same = not (t.HasField("dim_value") or t.HasField("dim_param"))
+        if not same:
+            t.ClearField("dim_value")
+            t.ClearField("dim_param")
     return out
 
 
@@ -372,9 +434,16 @@ def saved_metadata(header: onnx.ModelProto) -> list[tuple[str, str]]:
 
 
 def save_graph(
-    graph: Graph, value_types: dict[str, onnx.TypeProto] | None = None, *, regenerate: bool | None = None
+    graph: Graph,
+    value_types: dict[str, onnx.TypeProto] | None = None,
+    *,
+    regenerate: bool | None = None,
+    exact: Collection[str] = (),
 ) -> onnx.GraphProto:
-    """``Graph::ToGraphProto`` for one graph (recursing into subgraphs with the same ``regenerate`` decision)."""
+    """``Graph::ToGraphProto`` for one graph (recursing into subgraphs with the same ``regenerate`` decision).
+
+    ``exact`` names values whose type in ``value_types`` is final (a declared type no longer refines it).
+    """
     types = value_types or {}
     regen = any_modified(graph) if regenerate is None else regenerate
     gp = onnx.GraphProto()
@@ -389,13 +458,13 @@ def save_graph(
         for node in graph.nodes():
             gp.node.append(_original_node_proto(node, types))
     else:
-        gp.input.extend(_bare_value_info(v, types) for v in graph.inputs)
-        gp.output.extend(_bare_value_info(v, types) for v in graph.outputs)
+        gp.input.extend(_bare_value_info(v, types, exact) for v in graph.inputs)
+        gp.output.extend(_bare_value_info(v, types, exact) for v in graph.outputs)
         live = graph.value_names()
         declared = {v.name: v for v in graph.value_info}
         for name in sorted(graph.value_info_names & live):
             if name in declared:
-                gp.value_info.append(_bare_value_info(declared[name], types))
+                gp.value_info.append(_bare_value_info(declared[name], types, exact))
             else:
                 gp.value_info.append(_outer_value_info(graph, name, types))
         for node in graph.topological_order():
@@ -435,9 +504,14 @@ def _declared_type(graph: Graph | None, name: str) -> onnx.TypeProto | None:
     return None
 
 
-def _bare_value_info(vi: onnx.ValueInfoProto, types: dict[str, onnx.TypeProto]) -> onnx.ValueInfoProto:
+def _bare_value_info(
+    vi: onnx.ValueInfoProto, types: dict[str, onnx.TypeProto], exact: Collection[str] = ()
+) -> onnx.ValueInfoProto:
     """``NodeArg::ToProto``: name and type only; the type refined by inference where it knows more."""
     out = onnx.ValueInfoProto(name=vi.name)
+    if vi.name in exact:
+        out.type.CopyFrom(_without_negative_dims(types[vi.name]))
+        return out
     merged = _merge_type(vi.type if vi.HasField("type") else None, types.get(vi.name))
     if merged is not None:
         out.type.CopyFrom(merged)
