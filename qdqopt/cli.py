@@ -2,7 +2,7 @@
 
 Commands::
 
-    qdqopt optimize IN -o OUT [--level L] [--disable NAME]... [--config KEY=VALUE]...
+    qdqopt optimize IN -o OUT [--level L] [--disable NAME[,NAME...]]... [--config KEY=VALUE]...
     qdqopt passes [--level L] [--config KEY=VALUE]...
     qdqopt trace IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--ort]
     qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--strict]
@@ -247,6 +247,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------- main
+class _NameList(argparse.Action):
+    """``--disable A --disable B,C`` -> ``[A, B, C]`` (ORT's transformer and rule names never hold a comma)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[object] | None,
+        option_string: str | None = None,
+    ) -> None:
+        names = list(getattr(namespace, self.dest, None) or [])
+        names.extend(n.strip() for n in str(values).split(",") if n.strip())
+        setattr(namespace, self.dest, names)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="qdqopt", description="See, toggle and test ORT's QDQ graph rewrites.")
     parser.add_argument("--version", action="version", version=f"qdqopt {__version__}")
@@ -256,7 +271,13 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--level", "-l", default="all", help="0/1/2/3/99, disable_all|basic|extended|layout|all")
         p.add_argument("--config", "-c", action="append", metavar="KEY=VALUE", help="session config entry")
         if disable:
-            p.add_argument("--disable", "-d", action="append", metavar="NAME", help="transformer or rule to disable")
+            p.add_argument(
+                "--disable",
+                "-d",
+                action=_NameList,
+                metavar="NAME[,NAME...]",
+                help="transformer or rule to disable (repeatable; a comma-separated list works too)",
+            )
 
     p = sub.add_parser("optimize", help="write the model qdqopt's ORT passes produce")
     p.add_argument("input")

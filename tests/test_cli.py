@@ -113,6 +113,17 @@ def test_trace_matches_ort_at_disable_all(capsys: pytest.CaptureFixture[str]) ->
     assert "identical" in out
 
 
+def test_trace_matches_ort_at_extended_with_a_comma_separated_disable_list(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    layout_work = "TransposeOptimizer,TransposeOptimizer_CPUExecutionProvider"
+    assert main(["trace", str(example_model()), "-l", "extended", "--ort", "-d", layout_work]) == 0
+    out = capsys.readouterr().out
+    assert "GraphTransformer QDQSelectorActionTransformer modified: 1" in out
+    assert "TransposeOptimizer modified" not in out  # both names were taken, neither ran
+    assert "identical" in out
+
+
 def test_diff_reports_tiers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = tmp_path / "m.onnx"
     onnx.save(fixture_model("eudq/t2b_same_node_twice_plus_other"), str(model))
