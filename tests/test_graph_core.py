@@ -159,7 +159,8 @@ def _output_shape_after_rewrite(resolves: int) -> onnx.TypeProto:
     graph.add_node("r", "ReduceSum", ["x"], ["y"], attributes={"keepdims": attr})
     for _ in range(resolves):
         graph.resolve()
-    return save_model(model).graph.output[0].type
+    out: onnx.TypeProto = save_model(model).graph.output[0].type
+    return out
 
 
 def test_conflicting_reinference_clears_then_refills_the_shape() -> None:
