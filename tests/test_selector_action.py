@@ -89,10 +89,11 @@ def test_corpus(path: Path, config: str) -> None:
 def test_fixtures_fire_the_transformer() -> None:
     """Most fixtures must actually make ORT's transformer modify the graph (guards against vacuous fixtures)."""
     fired = 0
-    for case in selector.GROUP.cases:
+    cases = [case for case in selector.GROUP.cases if case.name not in selector.SIXTEEN_BIT]  # mostly rejections
+    for case in cases:
         comp = compare_level(_fixture(case.name), "extended", config={}, disabled=OFF)
         fired += any(line == "GraphTransformer QDQSelectorActionTransformer modified: 1" for line in comp.ort_lines)
-    assert fired >= len(selector.GROUP.cases) * 3 // 4
+    assert fired >= len(cases) * 3 // 4
 
 
 # ---------------------------------------------------------------------------------------------------- explain

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from qdqopt.graph import contrib
 from qdqopt.graph.core import Edge, Graph, Node
 from qdqopt.graph.model import Model, load_model, save_model
 
 __all__ = ["Edge", "Graph", "Model", "Node", "load_model", "save_model"]
+
+contrib.register()  # ORT's contrib-op shape inference, for Resolve and save (see qdqopt.graph.contrib)

@@ -10,14 +10,19 @@ from __future__ import annotations
 from qdqopt.passes.base import GraphTransformer, PassContext, RewriteRule, RuleBasedTransformer, RuleEffect
 from qdqopt.passes.constant_folding import ConstantFolding
 from qdqopt.passes.constant_sharing import ConstantSharing
+from qdqopt.passes.conv_activation_fusion import ConvActivationFusion
 from qdqopt.passes.cse import CommonSubexpressionElimination
 from qdqopt.passes.double_qdq import DoubleQDQPairsRemover
 from qdqopt.passes.dynamic_quantize_matmul import DynamicQuantizeMatMulFusion
 from qdqopt.passes.ensure_unique_dq import EnsureUniqueDQForNodeUnit
 from qdqopt.passes.free_dimension_override import FreeDimensionOverrideTransformer
+from qdqopt.passes.gather_fusion import GatherSliceToSplitFusion, GatherToSliceFusion
+from qdqopt.passes.gemm_activation_fusion import GemmActivationFusion
 from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCastTransformer
 from qdqopt.passes.matmul_add_fusion import MatMulAddFusion
 from qdqopt.passes.matmul_integer_to_float import MatMulIntegerToFloatFusion
+from qdqopt.passes.matmul_nbits_fusion import MatMulNBitsFusion
+from qdqopt.passes.matmul_scale_fusion import MatMulScaleFusion
 from qdqopt.passes.memcpy import MemcpyTransformer
 from qdqopt.passes.qdq_final_cleanup import QDQFinalCleanupTransformer
 from qdqopt.passes.qdq_propagation import QDQPropagationTransformer
@@ -59,6 +64,12 @@ TRANSFORMERS: dict[str, type[GraphTransformer]] = {
     WeightBiasQuantization.name: WeightBiasQuantization,
     QDQS8ToU8Transformer.name: QDQS8ToU8Transformer,
     QDQSelectorActionTransformer.name: QDQSelectorActionTransformer,
+    GemmActivationFusion.name: GemmActivationFusion,
+    ConvActivationFusion.name: ConvActivationFusion,
+    GatherSliceToSplitFusion.name: GatherSliceToSplitFusion,
+    GatherToSliceFusion.name: GatherToSliceFusion,
+    MatMulScaleFusion.name: MatMulScaleFusion,
+    MatMulNBitsFusion.name: MatMulNBitsFusion,
     QDQFinalCleanupTransformer.name: QDQFinalCleanupTransformer,
 }
 

@@ -56,6 +56,7 @@ from qdqopt.evaluate import NodeEvaluation, evaluate_node
 from qdqopt.graph import Graph, Node
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.base import GraphTransformer, PassContext
+from qdqopt.passes.graph_utils import check_output_edges, produces_graph_output
 
 __all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "ConstantFolding", "ShapeSource", "is_deterministic"]
 
@@ -164,25 +165,6 @@ class ConstantFolding(GraphTransformer):
 def constant_initializer(graph: Graph, name: str) -> onnx.TensorProto | None:
     """``Graph::GetConstantInitializer(name, check_outer_scope=true)``."""
     return graph.constant_initializer(name)
-
-
-def produces_graph_output(graph: Graph, node: Node) -> bool:
-    """``Graph::NodeProducesGraphOutput``."""
-    return any(v and graph.is_graph_output(v) for v in node.outputs)
-
-
-def check_output_edges(graph: Graph, node: Node, expected: int) -> bool:
-    """``optimizer_utils::CheckOutputEdges``: no graph output, ``expected`` output edges, none into a subgraph."""
-    if produces_graph_output(graph, node):
-        return False
-    edges = graph.output_edges(node)
-    if len(edges) != expected:
-        return False
-    for edge in edges:
-        consumer = graph.node(edge.dst)
-        if consumer is None or edge.dst_slot >= len(consumer.inputs):
-            return False
-    return True
 
 
 def _all_inputs_constant(graph: Graph, node: Node) -> bool:

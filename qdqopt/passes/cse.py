@@ -39,7 +39,8 @@ from onnx import numpy_helper
 from qdqopt.graph import Graph, Node
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.constant_folding import check_output_edges, is_deterministic
+from qdqopt.passes.constant_folding import is_deterministic
+from qdqopt.passes.graph_utils import check_output_edges
 
 __all__ = ["CommonSubexpressionElimination"]
 

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import input_node, is_supported_op
-from qdqopt.passes.matmul_integer_to_float import check_output_edges
+from qdqopt.passes.graph_utils import check_output_edges, input_node, is_supported_op
 
 __all__ = ["DynamicQuantizeMatMulFusion"]
 

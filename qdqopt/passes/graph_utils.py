@@ -153,6 +153,24 @@ def node_produces_graph_output(graph: Graph, node: Node) -> bool:
     return any(value and graph.is_graph_output(value) for value in node.outputs)
 
 
+produces_graph_output = node_produces_graph_output
+
+
+def check_output_edges(graph: Graph, node: Node, expected: int) -> bool:
+    """``optimizer_utils::CheckOutputEdges``: no graph output, exactly ``expected`` output edges, and none into a
+    subgraph (an edge to an implicit input: ORT will not fuse part of a subgraph's reads)."""
+    if node_produces_graph_output(graph, node):
+        return False
+    edges = graph.output_edges(node)
+    if len(edges) != expected:
+        return False
+    for edge in edges:
+        consumer = graph.node(edge.dst)
+        if consumer is None or edge.dst_slot >= len(consumer.inputs):
+            return False
+    return True
+
+
 def node_outputs_in_graph_outputs(graph: Graph, node: Node) -> list[int]:
     """``Graph::GetNodeOutputsInGraphOutputs``: indices of the node's outputs that are graph outputs."""
     return [i for i, value in enumerate(node.outputs) if value and graph.is_graph_output(value)]

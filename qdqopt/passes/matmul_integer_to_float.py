@@ -36,8 +36,8 @@ import onnx
 
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import is_constant, is_supported_op
-from qdqopt.passes.qdq_util import ValueTypes, produces_graph_output
+from qdqopt.passes.graph_utils import check_output_edges, is_constant, is_supported_op
+from qdqopt.passes.qdq_util import ValueTypes
 
 __all__ = ["MatMulIntegerToFloatFusion"]
 
@@ -60,11 +60,6 @@ def first_child_by_type(graph: Graph, node: Node, op_type: str) -> Node | None:
         if child is not None and child.op_type == op_type:
             return child
     return None
-
-
-def check_output_edges(graph: Graph, node: Node, count: int) -> bool:
-    """``optimizer_utils::CheckOutputEdges``: no graph output and exactly ``count`` output edges."""
-    return not produces_graph_output(graph, node) and len(graph.output_edges(node)) == count
 
 
 def _bias_shape_ok(shape: list[onnx.TensorShapeProto.Dimension] | None) -> bool:

@@ -32,8 +32,7 @@ import onnx
 
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.constant_folding import check_output_edges
-from qdqopt.passes.graph_utils import constant_initializer, output_nodes
+from qdqopt.passes.graph_utils import check_output_edges, constant_initializer, output_nodes
 from qdqopt.passes.qdq_util import is_dq, is_q
 
 __all__ = ["QDQS8ToU8Transformer", "int8_tensor_to_uint8"]

@@ -20,13 +20,12 @@ Besides ``MatchQNode``/``MatchDQNode`` this module holds what several passes ask
 
 from __future__ import annotations
 
-from collections.abc import Collection
-
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from qdqopt.graph import Graph, Node
+from qdqopt.passes.graph_utils import is_supported_op, produces_graph_output
 
 __all__ = [
     "QDQ_OPSETS",
@@ -78,20 +77,6 @@ def is_q(node: Node) -> bool:
 def is_dq(node: Node) -> bool:
     """``QDQ::MatchDQNode``."""
     return _match(node, "DequantizeLinear")
-
-
-def is_supported_op(node: Node, op_type: str, versions: Collection[int], domain: str = "") -> bool:
-    """``graph_utils::IsSupportedOptypeVersionAndDomain`` (``""`` and ``ai.onnx`` are the same domain)."""
-    if node.op_type != op_type or node.since_version not in versions:
-        return False
-    if domain in _ONNX_DOMAINS:
-        return node.domain in _ONNX_DOMAINS
-    return node.domain == domain
-
-
-def produces_graph_output(graph: Graph, node: Node) -> bool:
-    """``Graph::NodeProducesGraphOutput``."""
-    return any(value and graph.is_graph_output(value) for value in node.outputs)
 
 
 # ---------------------------------------------------------------------------------------------- initializers

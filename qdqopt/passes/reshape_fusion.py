@@ -42,6 +42,7 @@ from qdqopt.passes.graph_utils import (
     EdgeToMatch,
     ShapeDims,
     can_replace_node_with_initializer,
+    check_output_edges,
     constant_initializer,
     finalize_nodes_fusion,
     find_path,
@@ -91,21 +92,6 @@ def _initializer_has_value(graph: Graph, name: str, expected: int) -> bool:
     if tensor.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
         return False
     return int(graph.array(name).reshape(-1)[0]) == expected
-
-
-def _check_output_edges(graph: Graph, node: Node, expected: int) -> bool:
-    """``optimizer_utils::CheckOutputEdges``: no graph output, ``expected`` edges, none into a subgraph."""
-    if node_produces_graph_output(graph, node):
-        return False
-    edges = graph.output_edges(node)
-    if len(edges) != expected:
-        return False
-    for edge in edges:
-        consumer = graph.node(edge.dst)
-        assert consumer is not None
-        if edge.dst_slot >= len(consumer.inputs):
-            return False
-    return True
 
 
 def _element_count(shape: ShapeDims | None) -> int | None:
@@ -182,7 +168,7 @@ class ReshapeFusion(GraphTransformer):
         ):
             return False
         count = _first_arg_count(graph, concat)
-        if not _check_output_edges(graph, concat, 1):
+        if not check_output_edges(graph, concat, 1):
             return False
         shape_value: list[int] = []
         for i in range(count):
@@ -277,7 +263,7 @@ class ReshapeFusion(GraphTransformer):
 
     def _match_linear_subgraph_1(self, graph: Graph, concat: Node, root: Node) -> bool:
         """``Match_Linear_Subgraph_1``: the Reshape's input is Add(MatMul(root, W[h, h]), b[h])."""
-        if not _check_output_edges(graph, concat, 1):
+        if not check_output_edges(graph, concat, 1):
             return False
         reshape = output_nodes(graph, concat)[0]
         if reshape.op_type != "Reshape":

@@ -35,8 +35,14 @@ import onnx
 from qdqopt.errors import ModelError
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import PassContext, RewriteRule, RuleEffect
-from qdqopt.passes.constant_folding import check_output_edges
-from qdqopt.passes.graph_utils import can_remove_node, constant_initializer, is_supported_op, output_nodes, remove_node
+from qdqopt.passes.graph_utils import (
+    can_remove_node,
+    check_output_edges,
+    constant_initializer,
+    is_supported_op,
+    output_nodes,
+    remove_node,
+)
 from qdqopt.passes.qdq_util import is_dq, is_q
 
 __all__ = ["LEVEL2_RULE_CLASSES", "ClipQuantFusion", "ReluQuantFusion", "clip_constant_min_max"]
