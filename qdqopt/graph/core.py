@@ -488,6 +488,7 @@ class Graph:
         Returns the names of the initializers removed.
         """
         self.resolves += 1
+        self._refresh_subgraph_reads()
         self.fill_default_attributes()
         self.record_subgraph_reads()
         removed = self.unused_initializers()
@@ -552,6 +553,15 @@ class Graph:
         if owner is None or not owner.is_constant_initializer(name, check_outer_scope=False):
             return None
         return owner.array(name)
+
+    def _refresh_subgraph_reads(self) -> None:
+        """Resolve's ``BuildConnections``: innermost graphs first, every node with subgraphs gets its implicit inputs
+        (the outer-scope values its subgraphs read) recomputed, so a pass that changed a subgraph need not."""
+        for node in list(self._nodes.values()):
+            if node.subgraphs:
+                for sub in node.subgraphs.values():
+                    sub._refresh_subgraph_reads()
+                self.refresh_implicit_inputs(node)
 
     def refresh_implicit_inputs(self, node: Node) -> None:
         """Recompute ``node.implicit_inputs`` from its subgraphs and rewire the implicit edges."""

@@ -138,7 +138,6 @@ class ConstantFolding(GraphTransformer):
                 continue
             if self.recurse(node, ctx, graph_level):
                 modified = True
-                graph.refresh_implicit_inputs(node)  # Resolve recomputes what the subgraphs read from here
             converted = False
             if node.op_type == "If":
                 if _fold_if(graph, node):

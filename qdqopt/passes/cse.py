@@ -86,7 +86,6 @@ class CommonSubexpressionElimination(GraphTransformer):
                 continue
             if self.recurse(node, ctx, graph_level):
                 modified = True
-                graph.refresh_implicit_inputs(node)  # Resolve recomputes what the subgraphs read from here
             inputs: list[int] = []
             for name in node.inputs:
                 found = value_class.get(name)

@@ -38,16 +38,7 @@ class MatMulNBitsFusion(GraphTransformer):
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         types = ValueTypes(graph)
-        modified = False
-        for node in graph.topological_order():
-            if graph.node(node.index) is None:
-                continue
-            if self.recurse(node, ctx, graph_level):
-                modified = True
-                graph.refresh_implicit_inputs(node)  # Resolve recomputes what the subgraphs read from here
-            if self._match(graph, node, types):
-                modified = True
-        return modified
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._match(graph, node, types))
 
     def _match(self, graph: Graph, node: Node, types: ValueTypes) -> bool:
         if not self.node_is_compatible(node):

@@ -78,16 +78,7 @@ class MatMulScaleFusion(GraphTransformer):
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         types = ValueTypes(graph)
-        modified = False
-        for node in graph.topological_order():
-            if graph.node(node.index) is None:
-                continue
-            if self.recurse(node, ctx, graph_level):
-                modified = True
-                graph.refresh_implicit_inputs(node)  # Resolve recomputes what the subgraphs read from here
-            if self._process(graph, node, types):
-                modified = True
-        return modified
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._process(graph, node, types))
 
     def _process(self, graph: Graph, node: Node, types: ValueTypes) -> bool:
         if not self.node_is_compatible(node):

@@ -66,17 +66,10 @@ class WeightBiasQuantization(GraphTransformer):
     name = "WeightBiasQuantization"
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        modified = False
         shapes = ShapeSource(graph)
-        for node in graph.topological_order():
-            if graph.node(node.index) is None:
-                continue
-            if self.recurse(node, ctx, graph_level):
-                modified = True
-                graph.refresh_implicit_inputs(node)  # Resolve recomputes what the subgraphs read from here
-            if node.op_type in TARGETS and _rewrite(graph, node, shapes):
-                modified = True
-        return modified
+        return self.visit_in_order(
+            graph, ctx, graph_level, lambda node: node.op_type in TARGETS and _rewrite(graph, node, shapes)
+        )
 
 
 # ------------------------------------------------------------------------------------------------ helpers
