@@ -57,6 +57,22 @@ def fixture_names() -> list[str]:
     return [f.name for f in all_fixtures()]
 
 
+def final_reorder_outputs(model: onnx.ModelProto | None) -> int:
+    """How many ReorderOutputs NchwcTransformer made at its end (a Transpose to NHWC gives ``channels_last=1``
+    ones, made in a fixed order), subgraphs included."""
+    if model is None:
+        return 0
+    count = 0
+    pending = [model.graph]
+    while pending:
+        g = pending.pop()
+        for n in g.node:
+            if n.op_type == "ReorderOutput" and not any(a.name == "channels_last" and a.i for a in n.attribute):
+                count += 1
+            pending.extend(a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH)
+    return count
+
+
 @pytest.fixture(autouse=True)
 def _quiet_warnings() -> None:
     warnings.simplefilter("default")

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
@@ -49,6 +50,23 @@ def test_model_ort_rejects(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "ONNX Runtime rejected the model" in proc.stderr and proc.stderr.strip().count("\n") == 0
     assert not out.exists()
+
+
+def test_duplicate_initializer_is_named(tmp_path: Path) -> None:
+    """ORT accepts a graph defining an initializer twice (invalid ONNX); qdqopt refuses it, naming the tensor."""
+    const = [onnx.numpy_helper.from_array(np.full(2, v, np.float32), "c") for v in (1.0, 0.0)]
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Add", ["x", "c"], ["y"], name="a")],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
+        const,
+    )
+    src = tmp_path / "dup.onnx"
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)]), str(src))
+    proc = _run("optimize", str(src), "-o", str(tmp_path / "o.onnx"))
+    assert proc.returncode == 2 and "'c' is defined twice" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "o.onnx").exists()
 
 
 def test_unknown_level_is_usage_error(tmp_path: Path) -> None:

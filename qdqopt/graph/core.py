@@ -30,6 +30,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from qdqopt.errors import ModelError
 from qdqopt.graph.order import ort_topological_order
 from qdqopt.graph.schema import OpSchema, lookup, normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
@@ -401,7 +402,7 @@ class Graph:
         """``Graph::AddInitializedTensor``: appended at the end."""
         name = tensor.name
         if name in self._inits:
-            raise ValueError(f"initializer {name!r} already exists")
+            raise ModelError(f"initializer {name!r} is defined twice (ORT fails the session)")
         self._inits[name] = tensor
         self._init_order.append(name)
         self._verbatim_order.append(name)

@@ -136,6 +136,11 @@ def _build_graph(
     graph.sparse_initializers = [copy.deepcopy(s) for s in gp.sparse_initializer]
     graph.metadata_props = [copy.deepcopy(p) for p in gp.metadata_props]
     for tensor in gp.initializer:
+        if graph.is_initializer(tensor.name):
+            raise ModelError(
+                f"initializer {tensor.name!r} is defined twice in graph {gp.name!r}: not valid ONNX; ORT keeps both "
+                "entries with the last one's data, which qdqopt does not model"
+            )
         graph.add_initializer(_normalise_initializer(tensor))
     for node_proto in gp.node:
         if _is_constant(node_proto):
@@ -292,7 +297,23 @@ def _infer_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     for v in [*g.input, *g.output, *g.value_info]:  # inferred value_info last: it knows most
         if v.HasField("type") and (not v.type.HasField("tensor_type") or v.type.tensor_type.elem_type):
             types[v.name] = v.type
+    _subgraph_types(g, types)
     return types
+
+
+def _subgraph_types(gp: onnx.GraphProto, types: dict[str, onnx.TypeProto]) -> None:
+    """Add what inference found inside subgraphs (If/Loop/Scan bodies) to ``types``; ONNX names are unique across
+    scopes, and the enclosing graph's entry wins should one repeat."""
+    for node in gp.node:
+        for attr in node.attribute:
+            if attr.type != onnx.AttributeProto.GRAPH:
+                continue
+            sub = attr.g
+            _clear_invented_dims(sub, _dim_params(sub))
+            for v in [*sub.input, *sub.output, *sub.value_info]:
+                if v.HasField("type") and (not v.type.HasField("tensor_type") or v.type.tensor_type.elem_type):
+                    types.setdefault(v.name, v.type)
+            _subgraph_types(sub, types)
 
 
 def _dim_params(gp: onnx.GraphProto) -> set[str]:

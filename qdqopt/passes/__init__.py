@@ -11,6 +11,7 @@ from qdqopt.passes.base import GraphTransformer, PassContext, RewriteRule, RuleB
 from qdqopt.passes.constant_folding import ConstantFolding
 from qdqopt.passes.constant_sharing import ConstantSharing
 from qdqopt.passes.conv_activation_fusion import ConvActivationFusion
+from qdqopt.passes.conv_add_activation_fusion import ConvAddActivationFusion
 from qdqopt.passes.cse import CommonSubexpressionElimination
 from qdqopt.passes.double_qdq import DoubleQDQPairsRemover
 from qdqopt.passes.dynamic_quantize_matmul import DynamicQuantizeMatMulFusion
@@ -24,6 +25,7 @@ from qdqopt.passes.matmul_integer_to_float import MatMulIntegerToFloatFusion
 from qdqopt.passes.matmul_nbits_fusion import MatMulNBitsFusion
 from qdqopt.passes.matmul_scale_fusion import MatMulScaleFusion
 from qdqopt.passes.memcpy import MemcpyTransformer
+from qdqopt.passes.nchwc_transformer import NchwcTransformer
 from qdqopt.passes.qdq_final_cleanup import QDQFinalCleanupTransformer
 from qdqopt.passes.qdq_propagation import QDQPropagationTransformer
 from qdqopt.passes.qdq_s8_to_u8 import QDQS8ToU8Transformer
@@ -71,6 +73,8 @@ TRANSFORMERS: dict[str, type[GraphTransformer]] = {
     MatMulScaleFusion.name: MatMulScaleFusion,
     MatMulNBitsFusion.name: MatMulNBitsFusion,
     QDQFinalCleanupTransformer.name: QDQFinalCleanupTransformer,
+    NchwcTransformer.name: NchwcTransformer,
+    ConvAddActivationFusion.name: ConvAddActivationFusion,
 }
 
 RULES: dict[str, type[RewriteRule]] = {

@@ -49,7 +49,15 @@ from qdqopt.passes.qdq_util import ValueTypes
 from qdqopt.passes.rules_level2 import clip_constant_min_max
 from qdqopt.target import Target
 
-__all__ = ["ConvActivationFusion", "ConvActivationSelection", "select_conv_activation"]
+__all__ = [
+    "ConvActivationFusion",
+    "ConvActivationSelection",
+    "activation_params",
+    "conv_type_ok",
+    "fused_conv_attributes",
+    "safely_remove_nodes",
+    "select_conv_activation",
+]
 
 CPU = "CPUExecutionProvider"
 ACL = "ACLExecutionProvider"
@@ -91,7 +99,7 @@ def _f16_vector_intrinsics(target: Target) -> bool:
     return target.machine in ("arm64", "aarch64") and sys.platform != "darwin"
 
 
-def _conv_type_ok(conv: Node, types: ValueTypes, target: Target) -> bool:
+def conv_type_ok(conv: Node, types: ValueTypes, target: Target) -> bool:
     """``ConvFusionDataTypeCheck``: with the CPU EP, input 0 is float (or float16 with fp16 MLAS intrinsics)."""
     if conv.ep != CPU:
         return True
@@ -121,7 +129,7 @@ def select_conv_activation(
     activation = output_nodes(graph, conv)[0]
     if activation.ep != conv.ep:
         return None
-    if not _conv_type_ok(conv, types, target):
+    if not conv_type_ok(conv, types, target):
         return None
     if not _activation_ok(graph, activation, conv.ep):
         return None
@@ -143,7 +151,7 @@ def _attr_float(node: Node, name: str, default: float) -> float:
     return float(attr.f) if attr is not None else default
 
 
-def _activation_params(graph: Graph, activation: Node) -> list[float]:
+def activation_params(graph: Graph, activation: Node) -> list[float]:
     """``activation_params`` of ``FuseConvActivationAction::ExtraAttributes`` (empty: no attribute)."""
     if activation.op_type == "LeakyRelu":
         return [_attr_float(activation, "alpha", 0.01)]
@@ -156,16 +164,17 @@ def _activation_params(graph: Graph, activation: Node) -> list[float]:
     return []
 
 
-def fuse_conv_activation(graph: Graph, sel: ConvActivationSelection) -> Node:
-    """``FuseConvActivationAction`` (a ``ReplaceWithNew``): add the fused node, then remove the Conv and activation."""
-    conv, activation = sel.conv, sel.activation
-    extras: dict[str, onnx.AttributeProto] = {
-        "activation": onnx.helper.make_attribute("activation", activation.op_type)
-    }
-    params = _activation_params(graph, activation)
-    if params:
-        extras["activation_params"] = onnx.helper.make_attribute("activation_params", params)
-    # the extra attributes are their own unordered_map; its iteration order is the insertion order into the copy
+def fused_conv_attributes(
+    graph: Graph, conv: Node, activation: Node | None
+) -> tuple[dict[str, onnx.AttributeProto], StdUnorderedMap]:
+    """The fused node's attributes: the Conv's, then ``activation`` and ``activation_params`` (when there is an
+    activation), inserted into a copy of the Conv's map in the iteration order of their own ``unordered_map``."""
+    extras: dict[str, onnx.AttributeProto] = {}
+    if activation is not None:
+        extras["activation"] = onnx.helper.make_attribute("activation", activation.op_type)
+        params = activation_params(graph, activation)
+        if params:
+            extras["activation_params"] = onnx.helper.make_attribute("activation_params", params)
     extra_order = StdUnorderedMap()
     extra_order.update(extras)
     attr_map = conv.attr_map.copy()
@@ -173,6 +182,22 @@ def fuse_conv_activation(graph: Graph, sel: ConvActivationSelection) -> Node:
     for name in extra_order:
         attr_map.insert(name)
         attributes[name] = extras[name]
+    return attributes, attr_map
+
+
+def safely_remove_nodes(graph: Graph, selected: list[Node]) -> None:
+    """``SafelyRemoveNodes``: a selected node goes when all its output edges stay inside the selection (the last
+    node's edges have moved to the fused node)."""
+    members = {n.index for n in selected}
+    for member in selected:
+        if graph.node(member.index) is not None and all(e.dst in members for e in graph.output_edges(member)):
+            graph.remove_node(member)
+
+
+def fuse_conv_activation(graph: Graph, sel: ConvActivationSelection) -> Node:
+    """``FuseConvActivationAction`` (a ``ReplaceWithNew``): add the fused node, then remove the Conv and activation."""
+    conv, activation = sel.conv, sel.activation
+    attributes, attr_map = fused_conv_attributes(graph, conv, activation)
     op_type, domain = _fused_op(conv)
     fused = graph.add_node(
         conv.name,
@@ -185,12 +210,7 @@ def fuse_conv_activation(graph: Graph, sel: ConvActivationSelection) -> Node:
         doc_string=conv.doc_string,
         ep=conv.ep,
     )
-    # SafelyRemoveNodes: a node goes when all its output edges stay inside the selection (the activation's edges
-    # have moved to the fused node)
-    members = {conv.index, activation.index}
-    for node in (conv, activation):
-        if graph.node(node.index) is not None and all(e.dst in members for e in graph.output_edges(node)):
-            graph.remove_node(node)
+    safely_remove_nodes(graph, [conv, activation])
     return fused
 
 
