@@ -13,7 +13,7 @@ from qdqopt.config import SessionConfig
 from qdqopt.errors import UsageError
 from qdqopt.graph import load_model, save_model
 from qdqopt.levels import Level, all_names, parse_level
-from qdqopt.manager import PipelineResult, Snapshot, run_pipeline
+from qdqopt.manager import PipelineResult, Snapshot, Unsupported, run_pipeline
 from qdqopt.target import Target
 
 __all__ = ["OptimizeResult", "optimize", "run"]
@@ -36,6 +36,11 @@ class OptimizeResult:
     def unimplemented(self) -> list[str]:
         """Passes ORT would have run here that qdqopt does not implement yet (they were skipped)."""
         return self.pipeline.unimplemented
+
+    @property
+    def unsupported(self) -> dict[str, str]:
+        """Implemented passes that do not cover this model yet (name -> reason); the run was made without them."""
+        return self.pipeline.unsupported
 
 
 def _check_disabled(disabled: Iterable[str]) -> tuple[str, ...]:
@@ -65,11 +70,19 @@ def run(
     lvl = parse_level(level)
     cfg = SessionConfig.from_mapping(config)
     names = _check_disabled(disabled)
-    loaded = load_model(model)
-    pipeline = run_pipeline(
-        loaded, lvl, config=cfg, disabled=set(names), target=target or Target.detect(), on_pass=on_pass
-    )
-    return OptimizeResult(save_model(loaded), lvl, pipeline, cfg, names)
+    tgt = target or Target.detect()
+    unsupported: dict[str, str] = {}
+    while True:
+        loaded = load_model(model)
+        try:
+            pipeline = run_pipeline(
+                loaded, lvl, config=cfg, disabled=set(names) | set(unsupported), target=tgt, on_pass=on_pass
+            )
+        except Unsupported as skipped:  # a pass does not cover this model: run again without it
+            unsupported[skipped.name] = skipped.reason
+            continue
+        pipeline.unsupported = unsupported
+        return OptimizeResult(save_model(loaded), lvl, pipeline, cfg, names)
 
 
 def optimize(

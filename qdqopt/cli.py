@@ -96,6 +96,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     print(f"passes that modified the graph: {', '.join(dict.fromkeys(e.name for e in fired)) or 'none'}")
     if result.unimplemented:
         print(f"not implemented in qdqopt (skipped; ORT would run them): {', '.join(result.unimplemented)}")
+    for name, reason in result.unsupported.items():
+        print(f"not run on this model (qdqopt does not cover it yet; ORT would run it): {name}: {reason}")
     return 0
 
 
@@ -134,9 +136,12 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if args.ort:
         from qdqopt.reference import run_reference
 
-        ref = run_reference(args.input, result.level, config=_config(args.config), disabled=args.disable or ())
+        off = [*(args.disable or ()), *result.unsupported]  # a pass that does not cover the model: off in ORT too
+        ref = run_reference(args.input, result.level, config=_config(args.config), disabled=off)
         ort_lines = [str(t) for t in ref.trace]
     print(f"trace of {args.input} at {result.level.ort_name}")
+    for name, reason in result.unsupported.items():
+        print(f"  {name}: not run, qdqopt does not cover this model yet ({reason})")
     last_stage = None
     for i, entry in enumerate(result.pipeline.trace):
         stage = entry.stage if entry.stage in ("pre", "loop", "post") else f"{entry.stage} step {entry.step + 1}"
@@ -182,6 +187,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
             names = comp.auto_disabled
             shown = ", ".join(names if args.verbose or len(names) <= 6 else [*names[:6], "..."])
             print(f"    disabled on both sides (not implemented yet): {len(names)}: {shown}")
+        for name, reason in comp.unsupported.items():
+            print(f"    {name} does not cover this model yet: {reason}")
         for diff in rep.differences[: args.max_lines]:
             print(f"    {diff}")
         if not rep.holds("X") or not comp.trace_matches:

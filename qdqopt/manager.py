@@ -60,6 +60,8 @@ class PipelineResult:
 
     trace: list[TraceEntry] = field(default_factory=list)
     unimplemented: list[str] = field(default_factory=list)
+    #: passes that are implemented but do not cover this model (name -> reason); the run was made without them
+    unsupported: dict[str, str] = field(default_factory=dict)
     #: the context the passes got (set when the run starts)
     context: PassContext | None = None
     #: whether the run ended early at ``stop_before``
@@ -130,6 +132,10 @@ def run_pipeline(
     def apply(spec: PassSpec, transformer: GraphTransformer | None, step: int) -> bool:
         if spec.name == stop_before:
             raise _Stop
+        if transformer is not None:
+            reason = transformer.unsupported(graph, ctx)
+            if reason is not None:
+                raise Unsupported(spec.name, reason)
         before = op_counts(graph)
         modified = transformer.apply(graph, ctx) if transformer is not None else False
         entry = TraceEntry(spec.name, spec.stage, step, modified, transformer is not None)
@@ -188,6 +194,16 @@ def run_pipeline(
 
 class _Stop(Exception):
     """Raised to end a run at ``stop_before``."""
+
+
+class Unsupported(Exception):
+    """Raised when a pass about to run says it does not cover the graph (:meth:`GraphTransformer.unsupported`);
+    the model is then partly rewritten, and the caller redoes the run with the pass disabled."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"{name}: {reason}")
+        self.name = name
+        self.reason = reason
 
 
 def _run_stages(

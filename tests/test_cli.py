@@ -177,3 +177,17 @@ def test_demo_runs_the_main_job(capsys: pytest.CaptureFixture[str]) -> None:
     assert "GraphTransformer EnsureUniqueDQForNodeUnit modified: 1" in out
     assert out.count("tier P") == 10  # five levels, default and int8-allowed
     assert "DIFF" not in out
+
+
+def test_optimize_and_diff_name_a_pass_that_does_not_cover_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from qdqopt.passes.conv_activation_fusion import ConvActivationFusion
+
+    src = tmp_path / "m.onnx"
+    onnx.save(fixture_model("wbq/conv_relu_clip_chain"), str(src))
+    monkeypatch.setattr(ConvActivationFusion, "unsupported", lambda self, graph, ctx: "a case not covered")
+    assert main(["optimize", str(src), "-o", str(tmp_path / "o.onnx"), "-l", "extended"]) == 0
+    assert "ConvActivationFusion: a case not covered" in capsys.readouterr().out
+    assert main(["diff", str(src), "-l", "extended"]) == 0
+    assert "ConvActivationFusion does not cover this model yet: a case not covered" in capsys.readouterr().out

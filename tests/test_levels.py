@@ -98,3 +98,27 @@ def test_parse_level_accepts_ort_enum() -> None:
     import onnxruntime as ort
 
     assert parse_level(ort.GraphOptimizationLevel.ORT_ENABLE_BASIC) is Level.BASIC  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------- passes that do not cover
+def test_a_pass_that_does_not_cover_the_model_runs_on_neither_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``GraphTransformer.unsupported``: the run is redone without the pass, the reason is reported, and a
+    comparison disables the pass in ORT too (strict: ORT runs it, so the comparison fails)."""
+    from qdqopt.api import run
+    from qdqopt.compare import compare_level
+    from qdqopt.passes.conv_activation_fusion import ConvActivationFusion
+    from tests.conftest import fixture_model
+
+    model = fixture_model("wbq/conv_relu_clip_chain")  # ORT's ConvActivationFusion fires here
+    monkeypatch.setattr(ConvActivationFusion, "unsupported", lambda self, graph, ctx: "a case not covered")
+    result = run(model, "extended")
+    assert result.unsupported == {"ConvActivationFusion": "a case not covered"}
+    assert all(e.name != "ConvActivationFusion" for e in result.pipeline.trace)
+    assert not any(n.op_type == "FusedConv" for n in result.model.graph.node)
+    comp = compare_level(model, "extended", disabled=["TransposeOptimizer", "TransposeOptimizer_CPUExecutionProvider"])
+    assert "ConvActivationFusion" in comp.auto_disabled and comp.unsupported
+    assert comp.report.holds("P") and comp.ours_lines == comp.ort_lines
+    strict = compare_level(
+        model, "extended", disabled=["TransposeOptimizer", "TransposeOptimizer_CPUExecutionProvider"], strict=True
+    )
+    assert not strict.report.holds("S")

@@ -53,6 +53,15 @@ class GraphTransformer(ABC):
             graph.resolve()
         return modified
 
+    def unsupported(self, graph: Graph, ctx: PassContext) -> str | None:
+        """Why this pass cannot reproduce ORT on this graph (a case it does not cover yet), or None.
+
+        A pass that covers only part of what ORT's transformer does says so here instead of guessing: the run is
+        then redone with the pass disabled (``PipelineResult.unsupported`` gives the reason), and a comparison
+        disables it on the ORT side too, exactly as for a pass qdqopt does not implement at all.
+        """
+        return None
+
     @abstractmethod
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         """Edit ``graph`` (and recurse into subgraphs as ORT does); return whether anything changed."""
