@@ -109,6 +109,7 @@ class Graph:
         self.parent = parent
         self.parent_node = parent_node
         self._nx: nx.MultiDiGraph = nx.MultiDiGraph()
+        self._order: list[int] | None = None  # topological order of the current structure (None: to compute)
         self._nodes: dict[int, Node] = {}
         self._next_index = 0
         self._producer: dict[str, tuple[int, int]] = {}
@@ -161,12 +162,13 @@ class Graph:
 
     def topological_order(self) -> list[Node]:
         """Live nodes in ORT's topological order (a snapshot: later removals do not affect it)."""
-        order = ort_topological_order(
-            self._nodes,
-            lambda i: [src for src, _ in self._nx.in_edges(i)],
-            lambda i: self._nx.out_degree(i) > 0,
-        )
-        return [self._nodes[i] for i in order]
+        if self._order is None:  # computed once per structure: every node or edge change resets it
+            self._order = ort_topological_order(
+                self._nodes,
+                lambda i: [src for src, _ in self._nx.in_edges(i)],
+                lambda i: self._nx.out_degree(i) > 0,
+            )
+        return [self._nodes[i] for i in self._order]
 
     def max_node_index(self) -> int:
         return self._next_index
@@ -212,6 +214,7 @@ class Graph:
         self._next_index += 1
         self._nodes[node.index] = node
         self._nx.add_node(node.index)
+        self._order = None
         node.since_version = self._since_version(node)
         for slot, value in enumerate(node.outputs):
             if value:
@@ -235,6 +238,7 @@ class Graph:
         for value in self._consumed.pop(node.index, set()):
             self._consumers.get(value, set()).discard(node.index)
         self._nx.remove_node(node.index)
+        self._order = None
         del self._nodes[node.index]
         self.modified = True
 
@@ -584,6 +588,7 @@ class Graph:
 
     def _rewire_inputs(self, node: Node) -> None:
         """Rebuild every input edge of ``node`` from its explicit and implicit inputs."""
+        self._order = None
         for src, _, key in list(self._nx.in_edges(node.index, keys=True)):
             self._nx.remove_edge(src, node.index, key)
         all_inputs = [*node.inputs, *node.implicit_inputs]
