@@ -31,6 +31,7 @@ NAMES = [f.name for f in ALL]
 CHECKER_SKIP = {
     "roundtrip/not_topo_sorted": "nodes not topologically sorted on purpose",
     "eudq/t2a_consumer_lower_index_is_later": "nodes not topologically sorted on purpose",
+    "matmultranspose/unknown_rank_batch": "a graph input of unknown rank (no shape): ORT accepts it, the checker not",
 }
 
 EXPORTED_OPS = {
@@ -256,3 +257,27 @@ def test_eudq_contrib_duplicate_keeps_domain(tmp_path: Path) -> None:
     dqs = [n for n in optimized.graph.node if n.op_type == "DequantizeLinear"]
     assert sorted(n.name for n in dqs) == ["in_DQ", "in_DQ/duplicated"]
     assert {n.domain for n in dqs} == {"com.microsoft"}
+
+
+_CRASHES = [(f.name, level) for f in ALL for level in f.ort_crashes]
+
+
+@pytest.mark.parametrize(("name", "level"), _CRASHES or [pytest.param(None, None, marks=pytest.mark.skip)])
+def test_claimed_ort_crash_is_real(name: str, level: str, tmp_path: Path) -> None:
+    """A fixture that says ORT crashes at a level: ORT really dies there (in a child process), and creates the
+    session at ORT_ENABLE_EXTENDED."""
+    path = tmp_path / "m.onnx"
+    onnx.save(fixtures.get(name).build(), str(path))
+    script = (
+        "import sys, onnxruntime as ort\n"
+        "so = ort.SessionOptions()\n"
+        "so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, sys.argv[2])\n"
+        "ort.InferenceSession(sys.argv[1], so, providers=['CPUExecutionProvider'])\n"
+    )
+    ort_level = {"layout": "ORT_ENABLE_LAYOUT", "all": "ORT_ENABLE_ALL"}[level]
+    crashed = subprocess.run([sys.executable, "-c", script, str(path), ort_level], check=False, capture_output=True)
+    assert crashed.returncode < 0, f"ORT did not crash at {level}: {crashed.returncode} {crashed.stderr[-300:]!r}"
+    fine = subprocess.run(
+        [sys.executable, "-c", script, str(path), "ORT_ENABLE_EXTENDED"], check=False, capture_output=True
+    )
+    assert fine.returncode == 0, fine.stderr[-300:]

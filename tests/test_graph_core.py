@@ -169,3 +169,19 @@ def test_conflicting_reinference_clears_then_refills_the_shape() -> None:
     # a later Resolve fills the cleared shape from inference: the scalar's empty shape
     refilled = _output_shape_after_rewrite(2).tensor_type
     assert refilled.HasField("shape") and len(refilled.shape.dim) == 0
+
+
+def test_clone_is_independent_and_equal() -> None:
+    """A pass run on a clone leaves the original as it was, and gives what it gives on the original."""
+    from qdqopt.levels import parse_level
+    from qdqopt.manager import run_pipeline
+
+    source = Path(__file__).resolve().parents[1] / "fixtures" / "models" / "tinymixnet_pt2e.onnx"
+    original = load_model(source)
+    untouched = save_model(original).SerializeToString()
+    copy_model = load_model(source)
+    copy_model.graph = original.graph.clone()
+    run_pipeline(copy_model, parse_level("extended"))
+    assert save_model(original).SerializeToString() == untouched
+    run_pipeline(original, parse_level("extended"))
+    assert save_model(copy_model).SerializeToString() == save_model(original).SerializeToString()

@@ -148,6 +148,61 @@ class Graph:
         # shape merge ends for it, see :meth:`production_generation`)
         self._produced_at: dict[str, int] = {}
 
+    def clone(self, parent: Graph | None = None, parent_node: Node | None = None) -> Graph:
+        """An independent copy (nodes, edges, values, initializers, names, counters; subgraphs cloned too), for a
+        pass that tries a rewrite before deciding. Initializer tensors and attribute protos are shared: passes
+        replace them, never edit them in place."""
+        new = Graph.__new__(Graph)
+        new.__dict__.update(self.__dict__)
+        new.parent = parent if parent is not None else self.parent
+        new.parent_node = parent_node if parent_node is not None else self.parent_node
+        new.opsets = parent.opsets if parent is not None else dict(self.opsets)
+        new._nx = self._nx.copy()
+        new._order = None if self._order is None else list(self._order)
+        new._producer = dict(self._producer)
+        new._consumers = {k: set(v) for k, v in self._consumers.items()}
+        new._consumed = {k: set(v) for k, v in self._consumed.items()}
+        new.inputs = [_copy_proto(v) for v in self.inputs]
+        new.outputs = [_copy_proto(v) for v in self.outputs]
+        new.value_info = [_copy_proto(v) for v in self.value_info]
+        new.value_info_names = set(self.value_info_names)
+        new._init_order = list(self._init_order)
+        new._verbatim_order = list(self._verbatim_order)
+        new._inits = dict(self._inits)
+        new._init_map = self._init_map.copy()
+        new._arrays = dict(self._arrays)
+        new.sparse_initializers = list(self.sparse_initializers)
+        new.metadata_props = list(self.metadata_props)
+        new._known_values = set(self._known_values)
+        new._untyped_values = set(self._untyped_values)
+        new._generated_values = set(self._generated_values)
+        new._generated_nodes = set(self._generated_nodes)
+        new.original_nodes = list(self.original_nodes)
+        new._types = dict(self._types)
+        new._produced_at = dict(self._produced_at)
+        new._nodes = {}
+        for index, node in self._nodes.items():
+            copied = Node(
+                index=node.index,
+                name=node.name,
+                op_type=node.op_type,
+                domain=node.domain,
+                inputs=list(node.inputs),
+                outputs=list(node.outputs),
+                attributes=dict(node.attributes),
+                doc_string=node.doc_string,
+                ep=node.ep,
+                implicit_inputs=list(node.implicit_inputs),
+                since_version=node.since_version,
+                original=node.original,
+                attr_map=node.attr_map.copy(),
+            )
+            copied.subgraphs = {k: sub.clone(new, copied) for k, sub in node.subgraphs.items()}
+            new._nodes[index] = copied
+        unknown = set(self.__dict__) - _CLONED_FIELDS
+        assert not unknown, f"Graph.clone does not know the fields {sorted(unknown)}"
+        return new
+
     # ------------------------------------------------------------------ nodes
     def __len__(self) -> int:
         return len(self._nodes)
@@ -407,6 +462,14 @@ class Graph:
         name = tensor.name
         if name in self._inits:
             raise ModelError(f"initializer {name!r} is defined twice (ORT fails the session)")
+        declared = next((v for v in self.inputs if v.name == name and v.type.HasField("tensor_type")), None)
+        if declared is not None and declared.type.tensor_type.elem_type not in (0, tensor.data_type):
+            kind = onnx.TensorProto.DataType.Name
+            raise ModelError(  # Resolve's type check, in ORT's words
+                f"Type Error: Data in initializer {name!r} has element type tensor({kind(tensor.data_type).lower()}) "
+                f"but usage of initializer in graph expects "
+                f"tensor({kind(declared.type.tensor_type.elem_type).lower()})"
+            )
         self._inits[name] = tensor
         self._init_order.append(name)
         self._verbatim_order.append(name)
@@ -495,6 +558,7 @@ class Graph:
         self.resolves += 1
         self._refresh_subgraph_reads()
         self.fill_default_attributes()
+        self._check_quantize_types()
         self.record_subgraph_reads()
         removed = self.unused_initializers()
         for name in removed:
@@ -559,6 +623,26 @@ class Graph:
             return None
         return owner.array(name)
 
+    def _check_quantize_types(self) -> None:
+        """The part of Resolve's type inference that passes can break: a QuantizeLinear whose ``output_dtype``
+        disagrees with its zero point's type (a zero point rewritten to another type, the attribute left as it
+        was) fails ONNX's inference, and ORT's session with it."""
+        for node in self._nodes.values():
+            if node.op_type != "QuantizeLinear" or normalize_domain(node.domain) != "" or len(node.inputs) < 3:
+                continue
+            attr = node.attributes.get("output_dtype")
+            zp = node.inputs[2]
+            if attr is None or not attr.i or not zp:
+                continue
+            owner = self.initializer_owner(zp)
+            tensor = owner.initializer(zp) if owner is not None else None
+            if tensor is not None and tensor.data_type != attr.i:
+                names = onnx.TensorProto.DataType.Name
+                raise ModelError(
+                    f"Node ({node.name}) Op (QuantizeLinear) [TypeInferenceError] output_dtype "
+                    f"{names(attr.i)} does not match y_zero_point type {names(tensor.data_type)}."
+                )
+
     def _refresh_subgraph_reads(self) -> None:
         """Resolve's ``BuildConnections``: innermost graphs first, every node with subgraphs gets its implicit inputs
         (the outer-scope values its subgraphs read) recomputed, so a pass that changed a subgraph need not."""
@@ -611,3 +695,50 @@ class Graph:
 
     def _disconnect_consumers_of(self, value: str) -> None:
         self._connect_consumers_of(value)
+
+
+def _copy_proto(proto: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
+    out = onnx.ValueInfoProto()
+    out.CopyFrom(proto)
+    return out
+
+
+#: every attribute of a Graph that :meth:`Graph.clone` copies (immutable ones by reference); a new attribute must be
+#: added there and here
+_CLONED_FIELDS = {
+    "name",
+    "doc_string",
+    "doc_string_present",
+    "ir_version",
+    "opsets",
+    "parent",
+    "parent_node",
+    "_nx",
+    "_order",
+    "_nodes",
+    "_next_index",
+    "_producer",
+    "_consumers",
+    "_consumed",
+    "inputs",
+    "outputs",
+    "value_info",
+    "value_info_names",
+    "_init_order",
+    "_verbatim_order",
+    "_inits",
+    "_init_map",
+    "_arrays",
+    "sparse_initializers",
+    "metadata_props",
+    "_known_values",
+    "_untyped_values",
+    "_generated_values",
+    "_generated_nodes",
+    "_counter",
+    "modified",
+    "original_nodes",
+    "_types",
+    "resolves",
+    "_produced_at",
+}

@@ -17,6 +17,7 @@ from qdqopt.passes.double_qdq import DoubleQDQPairsRemover
 from qdqopt.passes.dynamic_quantize_matmul import DynamicQuantizeMatMulFusion
 from qdqopt.passes.ensure_unique_dq import EnsureUniqueDQForNodeUnit
 from qdqopt.passes.free_dimension_override import FreeDimensionOverrideTransformer
+from qdqopt.passes.fuse_initializers import FuseFp16InitializerToFp32NodeTransformer
 from qdqopt.passes.gather_fusion import GatherSliceToSplitFusion, GatherToSliceFusion
 from qdqopt.passes.gemm_activation_fusion import GemmActivationFusion
 from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCastTransformer
@@ -24,6 +25,7 @@ from qdqopt.passes.matmul_add_fusion import MatMulAddFusion
 from qdqopt.passes.matmul_integer_to_float import MatMulIntegerToFloatFusion
 from qdqopt.passes.matmul_nbits_fusion import MatMulNBitsFusion
 from qdqopt.passes.matmul_scale_fusion import MatMulScaleFusion
+from qdqopt.passes.matmul_transpose_fusion import MatmulTransposeFusion
 from qdqopt.passes.memcpy import MemcpyTransformer
 from qdqopt.passes.nchwc_transformer import NchwcTransformer
 from qdqopt.passes.qdq_final_cleanup import QDQFinalCleanupTransformer
@@ -33,6 +35,7 @@ from qdqopt.passes.qdq_selector_action import QDQSelectorActionTransformer
 from qdqopt.passes.reshape_fusion import ReshapeFusion
 from qdqopt.passes.rules_level1 import LEVEL1_RULE_CLASSES
 from qdqopt.passes.rules_level2 import LEVEL2_RULE_CLASSES
+from qdqopt.passes.transpose_optimizer import TransposeOptimizer, TransposeOptimizerCPU
 from qdqopt.passes.weight_bias_quantization import WeightBiasQuantization
 from qdqopt.passes.where_dummy_dq import WhereDummyDq
 
@@ -75,6 +78,10 @@ TRANSFORMERS: dict[str, type[GraphTransformer]] = {
     QDQFinalCleanupTransformer.name: QDQFinalCleanupTransformer,
     NchwcTransformer.name: NchwcTransformer,
     ConvAddActivationFusion.name: ConvAddActivationFusion,
+    TransposeOptimizer.name: TransposeOptimizer,
+    TransposeOptimizerCPU.name: TransposeOptimizerCPU,
+    FuseFp16InitializerToFp32NodeTransformer.name: FuseFp16InitializerToFp32NodeTransformer,
+    MatmulTransposeFusion.name: MatmulTransposeFusion,
 }
 
 RULES: dict[str, type[RewriteRule]] = {

@@ -137,7 +137,9 @@ class ValueTypes:
         if name not in self._known_at_start:
             return None  # created by this pass: untyped until Resolve
         found = graph.value_type(name)
-        if found is None and not self._inferred:
+        shapeless = found is not None and found.HasField("tensor_type") and not found.tensor_type.HasField("shape")
+        if (found is None or shapeless) and not self._inferred:
+            # a value a pass typed without a shape (InsertCast's Casts) has the shape the last Resolve inferred
             self._inferred = True
             from qdqopt.partition import infer_types
 

@@ -1,0 +1,120 @@
+"""FuseFp16InitializerToFp32NodeTransformer: fp16 initializers cast to fp32 become fp32 initializers
+(``fuse_initializers_transformer.cc``, class ``FuseInitializersTransformer``).
+
+ORT registers it at Level4 only (ORT_ENABLE_ALL), for any EP, as ``FuseInitializersTransformer(
+"FuseFp16InitializerToFp32NodeTransformer", MLFloat16, float)``. Level4 runs in the optimization loop right after
+``InsertCastTransformer``, whose ``Cast(to=FLOAT)`` in front of an fp16 op left without a CPU kernel it undoes for
+the op's constant inputs::
+
+    w (fp16 init) ─> Cast "InsertedPrecisionFreeCast_w" ─> op     =>     "FusedBack_w" (fp32 init) ─> op
+                     (to=FLOAT, output arg named like the node)            (w goes at Resolve if nobody reads it)
+
+A change at Level4 makes the optimization loop run again (``session.graph_optimizations_loop_level`` 1, the default).
+
+Rules (ORT 1.32):
+
+* the main graph only: the pass does not recurse into subgraphs;
+* over one topological snapshot, a node is *fused* when it is a ``Cast`` (any EP, any domain) with no input edge,
+  exactly one output edge, no graph output, whose input 0 is a constant initializer (outer scopes included) with an
+  fp16 tensor type and whose output NodeArg is an fp32 tensor;
+* then, in node-index order (a ``std::set``), each fused Cast: the next node is its one output edge's consumer; the
+  slot is the first input def of that node whose *name equals the Cast node's name* (the inserted Casts name their
+  output arg after themselves); the new initializer is ``GenerateNodeArgName("FusedBack_" + that input's name with
+  its first "InsertedPrecisionFreeCast_" removed)``: the fp16 data converted to float32, dims kept, written as
+  ``raw_data`` (appended to the initializers); the node's input is replaced by it;
+* then every fused Cast is removed; the unread fp16 initializers go at Resolve.
+
+A Cast whose name matches none of the next node's input defs (one ORT did not insert, or feeding a subgraph) sends
+ORT past the end of the input list; qdqopt declines such a model (:meth:`unsupported`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from qdqopt.graph import Graph, Node
+from qdqopt.passes.base import GraphTransformer, PassContext
+from qdqopt.passes.graph_utils import input_edge_count, node_produces_graph_output
+from qdqopt.passes.qdq_util import ValueTypes
+
+__all__ = ["FuseFp16InitializerToFp32NodeTransformer"]
+
+TP = onnx.TensorProto
+PATTERN = "InsertedPrecisionFreeCast_"
+PREFIX = "FusedBack_"
+
+
+def _is_tensor_of(types: ValueTypes, value: str, elem: int) -> bool:
+    found = types.type_proto(value)
+    return found is not None and found.WhichOneof("value") == "tensor_type" and found.tensor_type.elem_type == elem
+
+
+def _candidates(graph: Graph) -> list[Node]:
+    """The Casts ORT fuses, in node-index order."""
+    types = ValueTypes(graph)
+    found: list[Node] = []
+    for node in graph.topological_order():
+        if node.op_type != "Cast" or input_edge_count(graph, node) != 0:
+            continue
+        if len(graph.output_edges(node)) != 1 or node_produces_graph_output(graph, node):
+            continue
+        if not node.inputs or graph.constant_initializer(node.inputs[0]) is None:
+            continue
+        if not _is_tensor_of(types, node.inputs[0], TP.FLOAT16) or not _is_tensor_of(types, node.outputs[0], TP.FLOAT):
+            continue
+        found.append(node)
+    return sorted(found, key=lambda n: n.index)
+
+
+def _target_slot(graph: Graph, cast: Node) -> tuple[Node, int] | None:
+    edge = graph.output_edges(cast)[0]
+    next_node = graph.node(edge.dst)
+    assert next_node is not None
+    for slot, value in enumerate(next_node.inputs):
+        if value == cast.name:
+            return next_node, slot
+    return None
+
+
+def _new_name(old: str) -> str:
+    return PREFIX + old.replace(PATTERN, "", 1)
+
+
+class FuseFp16InitializerToFp32NodeTransformer(GraphTransformer):
+    """Replace ``fp16 initializer -> Cast(to=FLOAT)`` by an fp32 initializer."""
+
+    name = "FuseFp16InitializerToFp32NodeTransformer"
+
+    def unsupported(self, graph: Graph, ctx: PassContext) -> str | None:
+        for cast in _candidates(graph):
+            if _target_slot(graph, cast) is None:
+                return (
+                    f"Cast {cast.name!r} of an fp16 initializer is named after none of its consumer's inputs "
+                    "(ORT reads past the end of the consumer's input list)"
+                )
+        return None
+
+    def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
+        casts = _candidates(graph)
+        for cast in casts:
+            target = _target_slot(graph, cast)
+            assert target is not None  # unsupported() declined the model otherwise
+            next_node, slot = target
+            tensor = graph.constant_initializer(cast.inputs[0])
+            assert tensor is not None
+            name = graph.generate_value_name(_new_name(next_node.inputs[slot]))
+            source = graph.constant_array(cast.inputs[0])
+            assert source is not None
+            data = np.ascontiguousarray(source.astype(np.float32))
+            new = onnx.TensorProto()
+            new.dims.extend(tensor.dims)
+            new.data_type = TP.FLOAT
+            new.name = name
+            new.raw_data = numpy_helper.from_array(data).raw_data
+            graph.add_initializer(new)
+            graph.set_input(next_node, slot, name)
+        for cast in casts:
+            graph.remove_node(cast)
+        return bool(casts)
