@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
@@ -71,6 +73,17 @@ def final_reorder_outputs(model: onnx.ModelProto | None) -> int:
                 count += 1
             pending.extend(a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH)
     return count
+
+
+@contextmanager
+def patched(module: object, name: str, replacement: object) -> Iterator[None]:
+    """``module.name = replacement`` for the ``with`` block (mutation tests outside a pytest fixture)."""
+    original = getattr(module, name)
+    setattr(module, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
 
 
 @pytest.fixture(autouse=True)

@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
@@ -21,7 +19,7 @@ from qdqopt.compare import LevelComparison, compare_level
 from qdqopt.levels import PASSES
 from qdqopt.passes import TRANSFORMERS, fuse_initializers
 from qdqopt.reference import run_reference
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, patched
 
 OWN = "FuseFp16InitializerToFp32NodeTransformer"
 CONFIGS: dict[str, dict[str, str]] = {"default": {}, "int8-allowed": {"session.qdqisint8allowed": "1"}}
@@ -102,19 +100,9 @@ def test_new_initializer() -> None:
 
 
 # ------------------------------------------------------------------------------------------------- mutations
-@contextmanager
-def _patched(module: object, name: str, replacement: object) -> Iterator[None]:
-    original = getattr(module, name)
-    setattr(module, name, replacement)
-    try:
-        yield
-    finally:
-        setattr(module, name, original)
-
-
 def test_mutation_name_prefix_fails() -> None:
     """Keeping the "InsertedPrecisionFreeCast_" part of the name must break tier P."""
-    with _patched(fuse_initializers, "_new_name", lambda old: "FusedBack_" + old):
+    with patched(fuse_initializers, "_new_name", lambda old: "FusedBack_" + old):
         result = _compare(FIXTURES["fp16init/add_weight"](), {}, [])
     assert not result.report.holds("P")
 
@@ -132,7 +120,7 @@ def test_mutation_shared_cast_fused_fails() -> None:
         ]
         return sorted([*found, *extra], key=lambda n: n.index)
 
-    with _patched(fuse_initializers, "_candidates", lax):
+    with patched(fuse_initializers, "_candidates", lax):
         try:
             result = _compare(FIXTURES["fp16init/shared_initializer"](), {}, [])
         except Exception:

@@ -11,8 +11,6 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +22,7 @@ from qdqopt.compare import LevelComparison, compare_level
 from qdqopt.levels import LEVEL2_RULES, PASSES
 from qdqopt.passes import TRANSFORMERS, matmul_nbits_fusion, matmul_scale_fusion
 from qdqopt.reference import run_reference
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, patched
 
 OWN = ("MatMulScaleFusion", "MatMulNBitsFusion")
 LAYOUT_WORK = ["TransposeOptimizer", "TransposeOptimizer_CPUExecutionProvider"]
@@ -118,16 +116,6 @@ def test_fused_matmul_attributes() -> None:
 
 
 # ------------------------------------------------------------------------------------------------- mutations
-@contextmanager
-def _patched(module: object, name: str, replacement: object) -> Iterator[None]:
-    original = getattr(module, name)
-    setattr(module, name, replacement)
-    try:
-        yield
-    finally:
-        setattr(module, name, original)
-
-
 def test_mutation_div_not_reciprocal_fails() -> None:
     """A Div treated like a Mul (scale = divisor, not 1/divisor) must break tier P."""
     original = matmul_scale_fusion._scale_from_node
@@ -138,7 +126,7 @@ def test_mutation_div_not_reciprocal_fails() -> None:
             return np.float32(1.0) / found[0], found[1]
         return found
 
-    with _patched(matmul_scale_fusion, "_scale_from_node", wrong):
+    with patched(matmul_scale_fusion, "_scale_from_node", wrong):
         result = _compare(FIXTURES["matmulscale/div_after"](), {}, LAYOUT_WORK)
     assert not result.report.holds("P")
 
@@ -150,7 +138,7 @@ def test_mutation_scale_rank_check_dropped_fails() -> None:
     def lax(graph, types, name, max_rank):  # type: ignore[no-untyped-def]
         return original(graph, types, name, 99)
 
-    with _patched(matmul_scale_fusion, "_scalar_constant", lax):
+    with patched(matmul_scale_fusion, "_scalar_constant", lax):
         result = _compare(FIXTURES["matmulscale/mul_after_rank_too_big"](), {}, LAYOUT_WORK)
     assert not result.report.holds("P") or result.ours_lines != result.ort_lines
 
@@ -169,6 +157,6 @@ def test_mutation_nbits_bias_shape_check_dropped_fails() -> None:
         add = graph.node(edges[0].dst)
         return (add, 1 if edges[0].dst_slot == 0 else 0) if add is not None and add.op_type == "Add" else None
 
-    with _patched(matmul_nbits_fusion, "_select_bias", lax):
+    with patched(matmul_nbits_fusion, "_select_bias", lax):
         result = _compare(FIXTURES["nbits/bias_1n"](), {}, LAYOUT_WORK)
     assert not result.report.holds("P") or result.ours_lines != result.ort_lines

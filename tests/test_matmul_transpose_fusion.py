@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
@@ -22,7 +20,7 @@ from qdqopt.compare import LevelComparison, compare_level
 from qdqopt.levels import LEVEL2_RULES, PASSES
 from qdqopt.passes import TRANSFORMERS, matmul_transpose_fusion
 from qdqopt.reference import run_reference
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, patched
 
 OWN = "MatmulTransposeFusion"
 LAYOUT_WORK = ["TransposeOptimizer", "TransposeOptimizer_CPUExecutionProvider"]
@@ -117,16 +115,6 @@ def test_transpose_cast_swapped() -> None:
 
 
 # ------------------------------------------------------------------------------------------------- mutations
-@contextmanager
-def _patched(module: object, name: str, replacement: object) -> Iterator[None]:
-    original = getattr(module, name)
-    setattr(module, name, replacement)
-    try:
-        yield
-    finally:
-        setattr(module, name, original)
-
-
 def test_mutation_trans_flag_wrong_fails() -> None:
     """Reading a [0,2,1] Transpose as a batch transpose must break tier P."""
     original = matmul_transpose_fusion._transpose_from_output
@@ -137,13 +125,13 @@ def test_mutation_trans_flag_wrong_fails() -> None:
             return None
         return matmul_transpose_fusion._Side(found.transpose, not found.trans, found.trans_batch)
 
-    with _patched(matmul_transpose_fusion, "_transpose_from_output", wrong):
+    with patched(matmul_transpose_fusion, "_transpose_from_output", wrong):
         result = _compare(FIXTURES["matmultranspose/a_021"](), {}, LAYOUT_WORK)
     assert not result.report.holds("P")
 
 
 def test_mutation_no_cast_swap_fails() -> None:
     """Without the Cast/Transpose swap the Transpose -> Cast -> MatMul case must differ from ORT."""
-    with _patched(matmul_transpose_fusion, "_reorder_cast_and_transpose", lambda state, cast: None):
+    with patched(matmul_transpose_fusion, "_reorder_cast_and_transpose", lambda state, cast: None):
         result = _compare(FIXTURES["matmultranspose/transpose_cast"](), {}, LAYOUT_WORK)
     assert not result.report.holds("P") or result.ours_lines != result.ort_lines
