@@ -15,7 +15,8 @@ the perm. Then, if the graph has a DequantizeLinear, Transpose/Squeeze nodes on 
 units the pushes broke are repaired.
 
 qdqopt implements the handlers that QDQ models reach: the elementwise ops (simple and broadcasting), Clip, CastLike,
-Q/DQ, Transpose, Squeeze, Unsqueeze, Concat, Split and Softmax/Hardmax/LogSoftmax. :meth:`_TransposeOptimizerBase.
+Q/DQ, Transpose, Unsqueeze, Concat, Split, Softmax/Hardmax/LogSoftmax, Shape, Reshape (as a Transpose), Reduce*,
+ArgMin/ArgMax, Gather (scalar index) and Tile. :meth:`_TransposeOptimizerBase.
 unsupported` runs the pass on a copy and names the first handler it would need that qdqopt lacks.
 """
 
@@ -138,6 +139,36 @@ def _sorted_axes_for_transposed_input(axes: list[int], perm: list[int]) -> list[
     return [a for a in range(len(perm)) if a in included]
 
 
+def _finalize_reshape_shape(input_shape: list[int], requested: list[int], allow_zero: bool) -> list[int] | None:
+    """``FinalizeReshapeShape``: the Reshape's output shape for a concrete input shape of the same rank."""
+    total = 1
+    for d in input_shape:
+        if d < 0:
+            return None
+        total *= d
+    if len(input_shape) != len(requested):
+        return None
+    unknown = -1
+    size = 1
+    final = list(requested)
+    for i, d in enumerate(requested):
+        if d == -1:
+            if unknown != -1:
+                return None
+            unknown = i
+        else:
+            if not allow_zero and d == 0:
+                final[i] = input_shape[i]
+            size *= final[i]
+    if unknown != -1:
+        if size == 0 or total % size != 0:
+            return None
+        final[unknown] = total // size
+    elif size != total:
+        return None
+    return final
+
+
 # ---------------------------------------------------------------------------------------------------- handlers
 InputsFn = Callable[["_Run", Node], list[int]]
 
@@ -235,17 +266,17 @@ HANDLERS: dict[str, _Handler] = {
     "Transpose": _Handler("first", "transpose", transposes_outputs=False),
     "Concat": _Handler("all", "concat"),
     "Split": _Handler("first", "split"),
-    "Shape": _Handler("first", "", transposes_outputs=False),
+    "Shape": _Handler("first", "shape", transposes_outputs=False),
     "Pad": _Handler("first", ""),
-    **{op: _Handler("first", "") for op in _REDUCE_OPS},
-    "ArgMin": _Handler("first", ""),
-    "ArgMax": _Handler("first", ""),
+    **{op: _Handler("first", "reduce") for op in _REDUCE_OPS},
+    "ArgMin": _Handler("first", "argminmax"),
+    "ArgMax": _Handler("first", "argminmax"),
     # ORT 1.32 did not push where the mirror's HandleSqueeze does (transpose/squeeze_unsqueeze_*): refused
     "Squeeze": _Handler("first", ""),
     "Unsqueeze": _Handler("first", "unsqueeze"),
     "Slice": _Handler("first", ""),
-    "Gather": _Handler("first", ""),
-    "Tile": _Handler("first", ""),
+    "Gather": _Handler("first", "gather"),
+    "Tile": _Handler("first", "tile"),
     "Softmax": _Handler("first", "softmax"),
     "Hardmax": _Handler("first", "softmax"),
     "LogSoftmax": _Handler("first", "softmax"),
@@ -254,7 +285,7 @@ HANDLERS: dict[str, _Handler] = {
     # ORT's extended handlers (higher priority)
     "MaxPool": _Handler("first", ""),
     "Resize": _Handler("first", ""),
-    "Reshape": _Handler("first", "", transposes_outputs=False),
+    "Reshape": _Handler("first", "reshape", transposes_outputs=False),
     f"{_MS}.QuantizeLinear": _Handler("first", ""),
     f"{_MS}.DequantizeLinear": _Handler("first", ""),
     f"{_MS}.QLinearAdd": _Handler("qlinear_binary", ""),
@@ -295,6 +326,8 @@ class _Run:
         self.new_node_ep = new_node_ep
         # NodeArg types this run changed: value -> (elem type, shape or None)
         self.types: dict[str, tuple[int | None, Shape]] = {}
+        # values in ``types`` whose shape ORT would hold with symbolic dims (copied or permuted from one that has them)
+        self.symbolic: set[str] = set()
         self.outputs_leading: set[str] = set()
 
     # -------------------------------------------------------------- ApiGraph
@@ -316,20 +349,36 @@ class _Run:
             return self.types[name][0]
         return value_elem_type(self.graph, name)
 
-    def set_shape(self, name: str, shape: Shape) -> None:
+    def has_symbolic_dims(self, name: str) -> bool:
+        if name in self.types:
+            return name in self.symbolic
+        dims = value_shape(self.graph, name) if name else None
+        return dims is not None and any(isinstance(d, str) for d in dims)
+
+    def set_shape(self, name: str, shape: Shape, *, symbolic: bool = False) -> None:
+        """``SetShape`` (drops symbolic dims; ``symbolic``: the dim-copying ``PermuteDims``/``UnsqueezeDims``)."""
         self.types[name] = (self.dtype(name), None if shape is None else list(shape))
+        if symbolic:
+            self.symbolic.add(name)
+        else:
+            self.symbolic.discard(name)
 
     def copy_value_info(self, src: str, dst: str) -> None:
         elem = self.dtype(src)
         shape = self.shape(src)
         if elem is None and shape is None:
             return
+        symbolic = self.has_symbolic_dims(src)
         self.types[dst] = (elem, shape)
+        if symbolic:
+            self.symbolic.add(dst)
+        else:
+            self.symbolic.discard(dst)
 
     def permute_dims(self, name: str, perm: list[int]) -> None:
         shape = self.shape(name)
         if shape is not None:
-            self.set_shape(name, [shape[p] for p in perm])
+            self.set_shape(name, [shape[p] for p in perm], symbolic=self.has_symbolic_dims(name))
 
     def unsqueeze_dims(self, name: str, axes: list[int]) -> None:
         shape = self.shape(name)
@@ -347,7 +396,7 @@ class _Run:
             else:
                 break
             i += 1
-        self.set_shape(name, out)
+        self.set_shape(name, out, symbolic=self.has_symbolic_dims(name))
 
     def producer(self, name: str) -> Node | None:
         return self.graph.producer(name) if name else None
@@ -399,6 +448,7 @@ class _Run:
         self.graph.set_output(src, src_slot, new)
         self.graph.set_output(dst, dst_slot, name)
         self.types.pop(new, None)
+        self.symbolic.discard(new)
 
     def remove_node(self, node: Node) -> None:
         self.graph.remove_node(node)
@@ -974,6 +1024,36 @@ class _Run:
                 return False
             self.help_handle_unsqueeze(node, perm, perm_inv, norm)
             return True
+        if kind == "reduce":
+            return self.handle_reduce(node, perm, perm_inv)
+        if kind == "gather":
+            # HandleGather: scalar constant indices only (a Squeeze along perm[axis])
+            axis = _normalize_axis(self.int_attr(node, "axis", 0), rank)
+            if axis is None or len(node.inputs) < 2:
+                return False
+            index = self.constant(node.inputs[1])
+            if index is None or len(index.dims) != 0:
+                return False
+            self.set_attr(node, "axis", perm[axis])
+            self.transpose_input(node, 0, perm_inv, perm)
+            self.transpose_outputs(node, _squeeze_perm([perm[axis]], perm))
+            return True
+        if kind == "tile":
+            return self.handle_tile(node, perm, perm_inv)
+        if kind == "argminmax":
+            axis = _normalize_axis(self.int_attr(node, "axis", 0), rank)
+            if axis is None:
+                return False
+            self.set_attr(node, "axis", perm[axis])
+            self.transpose_inputs(node, perm_inv, indices)
+            keep = self.int_attr(node, "keepdims", 1) != 0
+            self.transpose_outputs(node, perm if keep else _squeeze_perm([perm[axis]], perm))
+            return True
+        if kind == "shape":
+            self.handle_shape(node, perm, perm_inv, indices)
+            return True
+        if kind == "reshape":
+            return self.handle_reshape(transpose, node, perm, perm_inv)
         if kind == "transpose":
             node_perm = self.perm_of(node)
             if node_perm is None or len(node_perm) != rank:
@@ -981,6 +1061,157 @@ class _Run:
             self.handle_transpose(transpose, node, perm, perm_inv, node_perm)
             return True
         raise AssertionError(kind)
+
+    def handle_reduce(self, node: Node, perm: list[int], perm_inv: list[int]) -> bool:
+        """``HandleReduceOps`` (axes attribute before ReduceSum-13 / Reduce*-18, else a constant axes input)."""
+        keepdims = self.int_attr(node, "keepdims", 1) != 0
+        if (node.op_type == "ReduceSum" and self.opset < 13) or (node.op_type != "ReduceSum" and self.opset < 18):
+            attr = node.attributes.get("axes")
+            if attr is None or attr.type != onnx.AttributeProto.INTS:
+                out_perm = perm if keepdims else []
+            else:
+                axes = _normalize_axes([int(a) for a in attr.ints], len(perm))
+                if axes is None:
+                    return False
+                new_axes = _sorted_axes_for_transposed_input(axes, perm)
+                self.set_attr(node, "axes", new_axes)
+                out_perm = perm if keepdims else _squeeze_perm(new_axes, perm)
+            self.transpose_input(node, 0, perm_inv, perm)
+            self.transpose_outputs(node, out_perm)
+            return True
+        axes_input = node.inputs[1] if len(node.inputs) > 1 else ""
+        array = self.constant_array(axes_input) if axes_input else None
+        if not axes_input or (array is not None and array.size == 0):
+            self.transpose_input(node, 0, perm_inv, perm)
+            if self.int_attr(node, "noop_with_empty_axes", 0) != 0 or keepdims:
+                self.transpose_outputs(node, perm)
+            return True
+        if array is None:
+            return False
+        axes = _normalize_axes([int(a) for a in array.reshape(-1).astype(np.int64)], len(perm))
+        if axes is None:
+            return False
+        new_axes = _sorted_axes_for_transposed_input(axes, perm)
+        self.set_input(node, 1, self.add_int64(new_axes))
+        if not self.has_consumers(axes_input):
+            self.graph.remove_initializer(axes_input)
+        self.transpose_input(node, 0, perm_inv, perm)
+        self.transpose_outputs(node, perm if keepdims else _squeeze_perm(new_axes, perm))
+        return True
+
+    def handle_tile(self, node: Node, perm: list[int], perm_inv: list[int]) -> bool:
+        """``HandleTile``: constant repeats are permuted into a new initializer, else a Gather(perm_inv) is added."""
+        if len(node.inputs) < 2:
+            return False
+        repeats_input = node.inputs[1]
+        repeats = self.constant_array(repeats_input)
+        if repeats is not None:
+            values = [int(v) for v in repeats.reshape(-1)]
+            if len(values) != len(perm):
+                return False
+            self.set_input(node, 1, self.add_int64([values[p] for p in perm_inv]))
+            if not self.has_consumers(repeats_input):
+                self.graph.remove_initializer(repeats_input)
+        else:
+            perm_inv_const = self.add_int64(perm_inv)
+            gather = self.add_node("Gather", [repeats_input, perm_inv_const])
+            self.copy_value_info(repeats_input, gather.outputs[0])  # no axis attribute (unlike HandleShape's)
+            self.set_input(node, 1, gather.outputs[0])
+        self.transpose_input(node, 0, perm_inv, perm)
+        self.transpose_outputs(node, perm)
+        return True
+
+    def handle_shape(self, node: Node, perm: list[int], perm_inv: list[int], indices: list[int]) -> None:
+        """``HandleShape``: Shape(Transpose(x, perm)) becomes Gather(Shape(x), perm[start:end])."""
+        self.transpose_inputs(node, perm_inv, indices)
+        rank = len(perm)
+        if self.opset >= 15:
+            start = self.int_attr(node, "start", 0)
+            end = self.int_attr(node, "end", rank)
+            start = start + rank if start < 0 else start
+            end = end + rank if end < 0 else end
+            new_perm = perm[min(max(start, 0), rank) : min(max(end, 0), rank)]
+            self.graph.remove_attribute(node, "start")
+            self.graph.remove_attribute(node, "end")
+        else:
+            new_perm = list(perm)
+        perm_const = self.add_int64(new_perm)
+        gather = self.add_node("Gather", ["", perm_const])
+        self.set_attr(gather, "axis", 0)
+        self.move_output(node, 0, gather, 0)
+        new_output = node.outputs[0]
+        self.set_input(gather, 0, new_output)
+        self.copy_value_info(gather.outputs[0], new_output)
+        if len(new_perm) != rank:
+            self.set_shape(new_output, [rank])
+
+    def handle_reshape(self, transpose: Node, node: Node, perm: list[int], perm_inv: list[int]) -> bool:
+        """``EPAwareHandleReshape`` (CPU: ``HandleReshape`` = ``HandleReshapeAsTranspose``, then the split case)."""
+        shape_input = node.inputs[1] if len(node.inputs) > 1 else ""
+        requested = self.constant_array(shape_input)
+        if requested is None or not requested.size:
+            return False  # both ORT handlers need a constant, non-empty shape
+        perms = self.reshape_as_transpose_perm(transpose, node, [int(v) for v in requested.reshape(-1)])
+        if perms is not None:
+            self.handle_transpose(transpose, node, perm, perm_inv, perms)
+            return True
+        return self.handle_reshape_split(transpose, node, perm, perm_inv)
+
+    def reshape_as_transpose_perm(self, transpose: Node, node: Node, requested: list[int]) -> list[int] | None:
+        """``HandleReshapeAsTranspose`` up to its call of ``HandleTransposeImpl``: the equivalent perm, if any."""
+        in_shape = self.shape(transpose.inputs[0])
+        out_shape = self.shape(transpose.outputs[0])
+        if in_shape is None or out_shape is None or len(in_shape) != len(requested):
+            return None
+        allow_zero = self.int_attr(node, "allowzero", 0) if self.opset >= 14 else 0
+        final = _finalize_reshape_shape(out_shape, requested, allow_zero != 0)
+        if final is None:
+            return None
+        dims = list(out_shape)
+        perms: list[int] = []
+        for target in final:
+            cur = 0
+            while dims[cur] != target:
+                if dims[cur] != -1 and dims[cur] != 1 and target != 1:
+                    return None
+                cur += 1
+                if cur == len(dims):
+                    return None
+            perms.append(cur)
+            dims[cur] = -1
+        return perms
+
+    def handle_reshape_split(self, transpose: Node, node: Node, perm: list[int], perm_inv: list[int]) -> bool:
+        """``HandleReshapeSplit``: the Reshape splits post-transpose axes into contiguous groups of output axes."""
+        in_shape = self.shape(transpose.inputs[0])
+        rank = len(perm)
+        if in_shape is None or any(d < 0 for d in in_shape) or len(in_shape) != rank:
+            return False
+        transposed = [in_shape[p] for p in perm]
+        requested = self.shape(node.outputs[0])
+        if requested is None or any(d <= 0 for d in requested) or len(requested) <= rank:
+            return False
+        groups: list[tuple[int, int]] = []
+        cursor = 0
+        for target in transposed:
+            start = cursor
+            prod = 1
+            while True:
+                if cursor >= len(requested):
+                    return False
+                dim = requested[cursor]
+                if target > 0 and prod > target // dim:
+                    return False
+                prod *= dim
+                cursor += 1
+                if prod >= target:
+                    break
+            if prod != target:
+                return False
+            groups.append((start, cursor))
+        if cursor != len(requested):
+            return False
+        raise _Unsupported("pushing a Transpose through Reshape (HandleReshapeSplit not implemented)")
 
     def handle_transpose(
         self, transpose: Node, node: Node, perm: list[int], perm_inv: list[int], node_perm: list[int]
@@ -1013,8 +1244,16 @@ class _Run:
             if not self.has_consumers(transpose.outputs[0]):
                 self.remove_node(transpose)
             return
-        self.set_input(node, 0, transpose.inputs[0])
-        self.set_attr(node, "perm", compose_perm(perm, node_perm))
+        new_perm = compose_perm(perm, node_perm)
+        if node.op_type == "Reshape":
+            # ORT replaces the Reshape with a Transpose reading the 1st Transpose's input
+            target = self.add_node("Transpose", [transpose.inputs[0]])
+            self.move_output(node, 0, target, 0)
+            self.remove_node(node)
+        else:
+            target = node
+            self.set_input(node, 0, transpose.inputs[0])
+        self.set_attr(target, "perm", new_perm)
         if not self.has_consumers(transpose.outputs[0]):
             self.remove_node(transpose)
 
@@ -1263,6 +1502,10 @@ class _TransposeOptimizerBase(GraphTransformer):
             run.optimize()
         except _Unsupported as exc:
             return str(exc)
+        for name in run.types:
+            if name in run.symbolic and trial.has_value(name):
+                # ORT copies and permutes NodeArg shapes dim by dim, symbolic names included; qdqopt keeps ints
+                return f"it would copy a shape with symbolic dims to {name!r} (not reproduced)"
         for name in declared:
             if name in run.types and trial.has_value(name) and run.types[name][1] != shapes[name]:
                 # ORT sets the NodeArg's shape; qdqopt's saver keeps the type a value had at load
