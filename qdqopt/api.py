@@ -13,7 +13,8 @@ from qdqopt.config import SessionConfig
 from qdqopt.errors import UsageError
 from qdqopt.graph import load_model, save_model
 from qdqopt.levels import Level, all_names, parse_level
-from qdqopt.manager import PipelineResult, Snapshot, Unsupported, run_pipeline
+from qdqopt.manager import PipelineResult, Snapshot, run_pipeline
+from qdqopt.passes.base import Unsupported
 from qdqopt.target import Target
 
 __all__ = ["OptimizeResult", "optimize", "run"]

@@ -132,10 +132,6 @@ def run_pipeline(
     def apply(spec: PassSpec, transformer: GraphTransformer | None, step: int) -> bool:
         if spec.name == stop_before:
             raise _Stop
-        if transformer is not None:
-            reason = transformer.unsupported(graph, ctx)
-            if reason is not None:
-                raise Unsupported(spec.name, reason)
         before = op_counts(graph)
         modified = transformer.apply(graph, ctx) if transformer is not None else False
         entry = TraceEntry(spec.name, spec.stage, step, modified, transformer is not None)
@@ -194,16 +190,6 @@ def run_pipeline(
 
 class _Stop(Exception):
     """Raised to end a run at ``stop_before``."""
-
-
-class Unsupported(Exception):
-    """Raised when a pass about to run says it does not cover the graph (:meth:`GraphTransformer.unsupported`);
-    the model is then partly rewritten, and the caller redoes the run with the pass disabled."""
-
-    def __init__(self, name: str, reason: str) -> None:
-        super().__init__(f"{name}: {reason}")
-        self.name = name
-        self.reason = reason
 
 
 def _run_stages(

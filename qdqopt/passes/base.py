@@ -22,7 +22,7 @@ from qdqopt.config import SessionConfig
 from qdqopt.graph import Graph, Node
 from qdqopt.target import Target
 
-__all__ = ["GraphTransformer", "PassContext", "RewriteRule", "RuleBasedTransformer", "RuleEffect"]
+__all__ = ["GraphTransformer", "PassContext", "RewriteRule", "RuleBasedTransformer", "RuleEffect", "Unsupported"]
 
 
 @dataclass
@@ -39,6 +39,16 @@ class PassContext:
         return self.target.with_config(self.config).int8_allowed
 
 
+class Unsupported(Exception):
+    """Raised by :meth:`GraphTransformer.apply` when the pass does not cover the graph; a run is then partly done,
+    and its caller redoes it with the pass disabled."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"{name}: {reason}")
+        self.name = name
+        self.reason = reason
+
+
 class GraphTransformer(ABC):
     """``onnxruntime::GraphTransformer``."""
 
@@ -47,7 +57,13 @@ class GraphTransformer(ABC):
     compatible_eps: ClassVar[tuple[str, ...]] = ()
 
     def apply(self, graph: Graph, ctx: PassContext) -> bool:
-        """Run the pass on the main graph, then resolve it if it changed anything."""
+        """Run the pass on the main graph, then resolve it if it changed anything.
+
+        Raises :class:`Unsupported` (graph untouched) when the pass does not cover this graph (:meth:`unsupported`).
+        """
+        reason = self.unsupported(graph, ctx)
+        if reason is not None:
+            raise Unsupported(self.name, reason)
         modified = self.apply_impl(graph, ctx, graph_level=0)
         if modified:
             graph.resolve()

@@ -1513,9 +1513,7 @@ class _TransposeOptimizerBase(GraphTransformer):
         return None
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        if self.unsupported(graph, ctx) is not None:
-            return False
-        return self._run(graph)
+        return self._run(graph)  # apply() has checked unsupported() first
 
 
 class TransposeOptimizer(_TransposeOptimizerBase):
