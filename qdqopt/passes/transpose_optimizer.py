@@ -651,8 +651,20 @@ class _Run:
         return self.read_attr_or_input(node, attr, slot, opset_with_input)
 
     # -------------------------------------------------------------- inputs and outputs
-    def transpose_input(self, node: Node, i: int, perm: list[int], perm_inv: list[int]) -> None:
-        """``TransposeInputImpl``."""
+    def redirect(self, consumers: list[Node], old: str, new: str) -> None:
+        """Point every input of ``consumers`` that reads ``old`` at ``new``."""
+        for consumer in consumers:
+            for k, inp in enumerate(consumer.inputs):
+                if inp == old:
+                    self.set_input(consumer, k, new)
+
+    def detach_input(
+        self, node: Node, i: int
+    ) -> tuple[str, onnx.TensorProto | None, tuple[Node, _Quant] | None, str, str, list[Node], bool]:
+        """The start shared by ``TransposeInputImpl`` and ``UnsqueezeInput``: the input's value, its constant
+        (looking past a DQ of a constant, whose input is then detached too), the DQ looked past and its input, the
+        value to modify in place, and that value's other consumers (and whether they are all known); input ``i``
+        of ``node`` is detached, so those consumers exclude it."""
         value = node.inputs[i]
         constant = self.constant(value, local=True)
         look: tuple[Node, _Quant] | None = None
@@ -666,6 +678,11 @@ class _Run:
         self.set_input(node, i, "")
         to_modify = dq_input if look is not None else value
         consumers, comprehensive = self.consumers(to_modify)
+        return value, constant, look, dq_input, to_modify, consumers, comprehensive
+
+    def transpose_input(self, node: Node, i: int, perm: list[int], perm_inv: list[int]) -> None:
+        """``TransposeInputImpl``."""
+        value, constant, look, dq_input, to_modify, consumers, comprehensive = self.detach_input(node, i)
         if constant is not None and comprehensive:
             restore_input = True
             restore_dq = look is not None
@@ -678,10 +695,7 @@ class _Run:
                 if consumers:
                     inv = self.make_transpose(to_modify, perm_inv)
                     self.copy_value_info(to_modify, inv.outputs[0])
-                    for consumer in consumers:
-                        for k, inp in enumerate(consumer.inputs):
-                            if inp == to_modify:
-                                self.set_input(consumer, k, inv.outputs[0])
+                    self.redirect(consumers, to_modify, inv.outputs[0])
                 self.transpose_initializer(to_modify, perm)
                 if look is not None:
                     quant = look[1]
@@ -747,27 +761,12 @@ class _Run:
 
     def unsqueeze_input(self, node: Node, i: int, axes: list[int]) -> None:
         """``UnsqueezeInput``."""
-        value = node.inputs[i]
-        constant = self.constant(value, local=True)
-        look: tuple[Node, _Quant] | None = None
-        dq_input = ""
-        if constant is None:
-            look = self.dq_to_look_past(value)
-            if look is not None:
-                dq_input = look[0].inputs[0]
-                constant = self.constant(dq_input, local=True)
-                self.set_input(look[0], 0, "")
-        self.set_input(node, i, "")
-        to_modify = dq_input if look is not None else value
-        consumers, comprehensive = self.consumers(to_modify)
+        value, constant, look, _, to_modify, consumers, comprehensive = self.detach_input(node, i)
         if constant is not None and comprehensive:
             if consumers:
                 sq = self.make_squeeze_or_unsqueeze("Squeeze", to_modify, axes)
                 self.copy_value_info(to_modify, sq.outputs[0])
-                for consumer in consumers:
-                    for k, inp in enumerate(consumer.inputs):
-                        if inp == to_modify:
-                            self.set_input(consumer, k, sq.outputs[0])
+                self.redirect(consumers, to_modify, sq.outputs[0])
             self.reshape_initializer(to_modify, _unsqueeze_shape([int(d) for d in constant.dims], axes))
             if look is not None:
                 quant = look[1]
@@ -1221,19 +1220,13 @@ class _Run:
             out = node.outputs[0]
             consumers, comprehensive = self.consumers(out)
             if comprehensive:
-                for consumer in consumers:
-                    for k, inp in enumerate(consumer.inputs):
-                        if inp == out:
-                            self.set_input(consumer, k, first_input)
+                self.redirect(consumers, out, first_input)
             else:
                 in_consumers, in_comprehensive = self.consumers(first_input)
                 parent = self.producer(first_input)
                 if parent is not None and in_comprehensive:
                     self.set_input(node, 0, "")
-                    for consumer in in_consumers:
-                        for k, inp in enumerate(consumer.inputs):
-                            if inp == first_input:
-                                self.set_input(consumer, k, out)
+                    self.redirect(in_consumers, first_input, out)
                     slot = parent.outputs.index(first_input)
                     self.move_output(node, 0, parent, slot)
                 else:
@@ -1332,10 +1325,7 @@ class _Run:
                 return False
             name = self.add_initializer(tensor.data_type, [int(d) for d in tensor.dims], array.tobytes())
             self.reshape_initializer(name, _squeeze_shape([int(d) for d in tensor.dims], axes))
-        for consumer in consumers:
-            for k, inp in enumerate(consumer.inputs):
-                if inp == out:
-                    self.set_input(consumer, k, name)
+        self.redirect(consumers, out, name)
         if not self.has_consumers(out):
             self.remove_node(node)
         if not self.has_consumers(value):
