@@ -202,17 +202,13 @@ class GatherSliceToSplitFusion(GraphTransformer):
         for name in graph.initializer_map_order():
             if len(graph.consumers(name)) > 1:
                 candidates.append(name)
-        modified = False
-        for node in graph.topological_order():
-            if graph.node(node.index) is None:
-                continue
-            if self.recurse(node, ctx, graph_level):
-                modified = True
-            if node.op_type == "Shape" or len(node.outputs) != 1:
-                continue
-            if len(graph.output_edges(node)) <= 1:
-                continue
-            candidates.append(node.outputs[0])
+
+        def collect(node: Node) -> bool:  # a scan only: subgraphs are fused by the recursion, this graph below
+            if node.op_type != "Shape" and len(node.outputs) == 1 and len(graph.output_edges(node)) > 1:
+                candidates.append(node.outputs[0])
+            return False
+
+        modified = self.visit_in_order(graph, ctx, graph_level, collect)
         for value in candidates:
             order.snapshot(value)
         for value in candidates:

@@ -680,6 +680,19 @@ class _Run:
         consumers, comprehensive = self.consumers(to_modify)
         return value, constant, look, dq_input, to_modify, consumers, comprehensive
 
+    def producer_past_dq(
+        self, value: str, consumers: list[Node], comprehensive: bool
+    ) -> tuple[Node | None, tuple[Node, _Quant] | None, list[Node], bool]:
+        """The node producing ``value``, looking past a DQ with known quantization params (then also returned, with
+        the consumers of the DQ's input in place of the given ``consumers``)."""
+        producer = self.producer(value)
+        if producer is not None and producer.op_type == "DequantizeLinear":
+            found = self.quant_info(producer)
+            if found is not None:
+                consumers, comprehensive = self.consumers(producer.inputs[0])
+                return self.producer(producer.inputs[0]), (producer, found), consumers, comprehensive
+        return producer, None, consumers, comprehensive
+
     def transpose_input(self, node: Node, i: int, perm: list[int], perm_inv: list[int]) -> None:
         """``TransposeInputImpl``."""
         value, constant, look, dq_input, to_modify, consumers, comprehensive = self.detach_input(node, i)
@@ -710,14 +723,7 @@ class _Run:
                     self.set_input(look[0], 0, dq_input)
             return
         # Case 2: a Transpose, possibly through a DQ
-        inp_node = self.producer(value)
-        look2: tuple[Node, _Quant] | None = None
-        if inp_node is not None and inp_node.op_type == "DequantizeLinear":
-            found = self.quant_info(inp_node)
-            if found is not None:
-                look2 = (inp_node, found)
-                inp_node = self.producer(inp_node.inputs[0])
-                consumers, comprehensive = self.consumers(look2[0].inputs[0])
+        inp_node, look2, consumers, comprehensive = self.producer_past_dq(value, consumers, comprehensive)
         if inp_node is not None and inp_node.op_type == "Transpose":
             perm2 = self.perm_of(inp_node)
             if perm2 is not None and len(perm2) == len(perm):
@@ -775,14 +781,7 @@ class _Run:
                 self.dq_set_input(look[0], quant, to_modify)
             self.set_input(node, i, value)
             return
-        inp_node = self.producer(value)
-        look2: tuple[Node, _Quant] | None = None
-        if inp_node is not None and inp_node.op_type == "DequantizeLinear":
-            found = self.quant_info(inp_node)
-            if found is not None:
-                look2 = (inp_node, found)
-                inp_node = self.producer(inp_node.inputs[0])
-                consumers, comprehensive = self.consumers(look2[0].inputs[0])
+        inp_node, look2, consumers, comprehensive = self.producer_past_dq(value, consumers, comprehensive)
         if inp_node is not None and inp_node.op_type == "Squeeze":
             sq_axes = self.read_attr_or_input(inp_node, "axes", 1, 13)
             if sq_axes is not None and sq_axes == axes:
