@@ -35,7 +35,7 @@ from qdqopt.config import SessionConfig
 from qdqopt.errors import QdqoptError
 from qdqopt.graph.model import read_model_proto
 from qdqopt.levels import PASSES, Level, parse_level, registered_passes
-from qdqopt.passes import RULES, TRANSFORMERS
+from qdqopt.passes import RULES, TRANSFORMERS, GraphTransformer
 from qdqopt.reference import check_accepted
 from qdqopt.target import Target
 
@@ -101,6 +101,14 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _implementation(name: str) -> str:
+    """``yes``, ``no``, or ``part``: implemented, but declining the models it does not cover yet."""
+    cls = TRANSFORMERS.get(name)
+    if cls is None:
+        return "no"
+    return "part" if cls.unsupported is not GraphTransformer.unsupported else "yes"
+
+
 def cmd_passes(args: argparse.Namespace) -> int:
     level = parse_level(args.level)
     cfg = SessionConfig.from_mapping(list(args.config or ()))
@@ -111,6 +119,8 @@ def cmd_passes(args: argparse.Namespace) -> int:
         f"{target.with_config(cfg).int8_allowed}, NCHWc block {target.nchwc_block_size})"
     )
     print(f"  {'#':>3}  {'name':<42} {'level':<9} {'once':<5} {'impl':<5} gated by")
+    legend = "  impl: yes | no (skipped, disabled in ORT when comparing) | part (declines, with a reason, what it"
+    legend += " does not cover yet)"
     n = 0
     for spec in PASSES:
         key = (spec.name, spec.stage)
@@ -120,13 +130,14 @@ def cmd_passes(args: argparse.Namespace) -> int:
             continue
         n += 1
         registered = key in active
-        impl = "rules" if spec.rules else ("yes" if spec.name in TRANSFORMERS else "no")
+        impl = "rules" if spec.rules else _implementation(spec.name)
         gate = spec.gate_text + ("" if registered else "  [not registered for this session]")
         print(f"  {n:>3}  {spec.name:<42} {spec.level_label:<9} {'yes' if spec.apply_once else '':<5} {impl:<5} {gate}")
         for rule in spec.rules:
             kept = registered and rule in active[key]
             note = rule.gate_text + ("" if kept or not registered else "  [not registered]")
             print(f"       - {rule.name:<40} {'rule':<9} {'':<5} {'yes' if rule.name in RULES else 'no':<5} {note}")
+    print(legend)
     return 0
 
 

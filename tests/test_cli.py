@@ -191,3 +191,16 @@ def test_optimize_and_diff_name_a_pass_that_does_not_cover_the_model(
     assert "ConvActivationFusion: a case not covered" in capsys.readouterr().out
     assert main(["diff", str(src), "-l", "extended"]) == 0
     assert "ConvActivationFusion does not cover this model yet: a case not covered" in capsys.readouterr().out
+
+
+def test_passes_marks_partly_covered_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    """A pass that can decline a model (it overrides ``unsupported``) is listed as ``part``, not ``yes``."""
+    from qdqopt.passes import TRANSFORMERS, GraphTransformer
+
+    assert main(["passes", "--level", "all", "--all"]) == 0
+    out = capsys.readouterr().out
+    for name, cls in TRANSFORMERS.items():
+        expected = "part" if cls.unsupported is not GraphTransformer.unsupported else "yes"
+        line = next(line for line in out.splitlines() if f" {name} " in line)
+        assert f" {expected} " in line, line
+    assert "part" in out
