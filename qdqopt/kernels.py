@@ -27,6 +27,7 @@ from typing import Any
 
 import onnx
 
+from qdqopt.errors import ModelError
 from qdqopt.graph import Graph, Node
 from qdqopt.graph.schema import normalize_domain
 
@@ -38,6 +39,7 @@ __all__ = [
     "can_be_inlined",
     "cpu_kernel_for_types",
     "cpu_kernels",
+    "function_body",
     "input_arg_counts",
     "node_has_cpu_kernel",
     "node_schema",
@@ -277,42 +279,87 @@ def cpu_kernel_for_types(domain: str, op_type: str, since_version: int, types: M
 
 
 def can_be_inlined(graph: Graph, node: Node) -> bool:
-    """``Node::CanBeInlined``: the node's schema yields a function body for the model's opset.
+    """``Node::CanBeInlined`` for a schema op: ``Node::TryGetFunctionProto`` yields a body for it.
 
-    ``Node::TryGetFunctionProto`` asks an ONNX-domain schema for the body at the model's ONNX opset (a
-    context-dependent body builds from the highest builder version not above it; a plain body must also pass
+    ``TryGetFunctionProto`` asks an ONNX-domain schema for the body at the model's ONNX opset (a context-dependent body
+    builds from the highest builder version not above it; a plain body must also pass
     ``ValidateReferencedOpsInFuncton``: no op it uses may have a newer version at the model's opset than at the
-    body's), any other domain's schema at the node's since_version.
+    body's), any other domain's schema at the node's since_version. ORT's own contrib schemas with a C++ body
+    (``com.microsoft`` Gelu, FastGelu, QuickGelu...) count too, though qdqopt cannot build those bodies
+    (:func:`function_body` says so). Model-local functions are :mod:`qdqopt.graph.function_inlining`'s business.
     """
     if node.since_version is None:
         return False
-    domain = normalize_domain(node.domain)
-    if (domain, node.op_type, node.since_version) in _CONTRIB_FUNCTION_OPS:
+    if (normalize_domain(node.domain), node.op_type, node.since_version) in _CONTRIB_FUNCTION_OPS:
         return True
-    if domain not in ("", "ai.onnx.ml", "ai.onnx.preview.training"):
-        return False
+    return _onnx_function_body(graph, node) is not None
+
+
+def function_body(graph: Graph, node: Node) -> onnx.FunctionProto:
+    """The body ``Node::TryGetFunctionProto`` gives a schema op that :func:`can_be_inlined` accepts.
+
+    Raises :class:`~qdqopt.errors.ModelError` for ORT's own contrib function ops, whose bodies are C++ builders that
+    the onnx package does not have.
+    """
+    body = _onnx_function_body(graph, node)
+    if body is None:
+        raise ModelError(
+            f"node {node.name!r} ({node.qualified_op}-{node.since_version}) has no CPU kernel for its types and ORT "
+            "would inline the function body its own schema defines; qdqopt does not have that body"
+        )
+    return body
+
+
+def _onnx_function_body(graph: Graph, node: Node) -> onnx.FunctionProto | None:
+    """``TryGetFunctionProto`` for a schema of onnx's registry (ONNX, ai.onnx.ml, ai.onnx.preview.training)."""
+    domain = normalize_domain(node.domain)
+    if node.since_version is None or domain not in ("", "ai.onnx.ml", "ai.onnx.preview.training"):
+        return None
     try:
         # Any: onnx's stubs lack the function accessors of OpSchema
         schema: Any = onnx.defs.get_schema(node.op_type, max_inclusive_version=node.since_version, domain=domain)
     except onnx.defs.SchemaError:
-        return False
+        return None
     requested = (graph.opset("") or node.since_version) if domain == "" else node.since_version
     if schema.has_context_dependent_function:
-        return any(v <= requested for v in schema.context_dependent_function_opset_versions)
+        builders = [v for v in schema.context_dependent_function_opset_versions if v <= requested]
+        return _build_context_dependent(graph, node, schema, max(builders)) if builders else None
     if not schema.has_function:
-        return False
+        return None
     versions = [v for v in schema.function_opset_versions if v <= requested]
     if not versions:
-        return False
+        return None
     body_version = max(versions)
+    body: onnx.FunctionProto = onnx.FunctionProto.FromString(schema.get_function_with_opset_version(body_version))
     if body_version == requested or domain != "":
-        return True
-    body = onnx.FunctionProto.FromString(schema.get_function_with_opset_version(body_version))
-    return all(
+        return body
+    valid = all(
         _onnx_since(n.op_type, requested) == _onnx_since(n.op_type, body_version)
         for n in body.node
         if normalize_domain(n.domain) == ""
     )
+    return body if valid else None
+
+
+def _build_context_dependent(graph: Graph, node: Node, schema: Any, version: int) -> onnx.FunctionProto | None:
+    """``OpSchema::BuildContextDependentFunction`` with the builder of that version (ORT takes the highest one not
+    above the model's opset; only the body's opset_import would tell the difference), the node as ``Node::ToProto``
+    writes it and its input types (an empty TypeProto for a missing input); None when the builder declines."""
+    proto = onnx.NodeProto(name=node.name, op_type=node.op_type, domain=node.domain)
+    proto.input.extend(node.inputs)
+    proto.output.extend(node.outputs)
+    proto.attribute.extend(node.attributes[name] for name in node.attribute_order())
+    types: list[bytes] = []
+    for value in node.inputs:
+        known = graph.value_type(value) if value else None
+        types.append((known or onnx.TypeProto()).SerializeToString())
+    try:
+        built: bytes = schema.get_context_dependent_function_with_opset_version(
+            version, proto.SerializeToString(), types
+        )
+    except Exception:  # the builder refused (the onnx package raises where ORT's returns false)
+        return None
+    return onnx.FunctionProto.FromString(built) if built else None
 
 
 def _onnx_since(op_type: str, opset: int) -> int | None:

@@ -6,8 +6,22 @@ loop. With the CPU EP as the only EP, a node (of the main graph or any subgraph)
 types** (:func:`qdqopt.kernels.node_has_cpu_kernel`); every other node keeps the EP ``""``. An fp16 ``Add`` is such a
 node on x86: InsertCastTransformer later wraps it in Casts and puts it on the CPU.
 
-An unassigned node whose schema has a function body (fp16 ``Softmax-13+``...) is inlined by the partitioner; qdqopt
-does not implement function inlining and raises :class:`~qdqopt.errors.ModelError` for such a node instead.
+**Function inlining** (``graph_partitioner.cc``), with the per-node mechanism in
+:mod:`qdqopt.graph.function_inlining`:
+
+* ``InlineNodes``, inside ``Partition``: after assigning, every node left without an EP whose op is a function (a
+  schema with a function body, e.g. HardSwish-14 on x86, fp16 Softmax-13+; or a model-local function) is replaced by
+  its body, subgraphs first, each graph's candidates in node-index order; the graph is Resolved and partitioned
+  again, until nothing is inlined. The inlined nodes are what Level2 and later passes see::
+
+      before                          after partitioning
+      DQ -> HardSwish "hs" -> Q       DQ -> HardSigmoid "" -> _inlfunc_HardSwish_HS_X -> Mul "" -> Q
+                                      DQ ----------------------------------------------->
+
+* ``InlineFunctionsAOT`` (:func:`inline_functions_aot`), at the start of the session, before EnsureUniqueDQ and
+  Level1, and only for a model that has model-local functions: every node whose op is a function and that no EP
+  claims (for the CPU EP: no kernel for its types) is inlined, schema ops such as HardSwish included, until nothing
+  is left; then every local function not kept for a claimed call is dropped from the saved model, used or not.
 
 Kernel matching needs the type of every value, as ``Graph::Resolve`` infers it. :func:`infer_types` reproduces that
 with ONNX shape inference over the current graph (nodes in ORT's topological order, declared value_info kept), plus
@@ -23,27 +37,41 @@ from __future__ import annotations
 import onnx
 
 from qdqopt.errors import ModelError
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Model, Node
+from qdqopt.graph.function_inlining import (
+    FunctionKey,
+    function_key,
+    inline_function,
+    local_function,
+    local_functions,
+)
 from qdqopt.kernels import (
     CPU,
     Schema,
     can_be_inlined,
+    function_body,
     input_arg_counts,
     node_has_cpu_kernel,
     node_schema,
     type_string,
 )
 
-__all__ = ["check_kernels", "infer_types", "parse_type_string", "partition"]
+__all__ = ["check_kernels", "infer_types", "inline_functions_aot", "parse_type_string", "partition"]
 
 _MAX_ROUNDS = 8
 
 
 # --------------------------------------------------------------------------------------------------- partitioning
 def partition(graph: Graph) -> None:
-    """Infer the graph's types, then assign each node of it and of its subgraphs to the CPU EP if a kernel matches."""
+    """``PartitionOnnxFormatModel`` with the CPU EP: infer the types, assign each node (subgraphs included) to the CPU
+    EP if a kernel matches, inline the unassigned function calls, and repeat after a Resolve until none is left."""
     infer_types(graph)
-    _assign(graph)
+    while True:
+        _assign(graph)
+        if not _inline_nodes(graph):
+            return
+        graph.resolve()
+        infer_types(graph)
 
 
 def _assign(graph: Graph) -> None:
@@ -53,17 +81,82 @@ def _assign(graph: Graph) -> None:
         if node.ep:
             continue
         if node.since_version is None:
+            if local_function(graph, node) is not None:
+                continue  # a call of a model-local function: no kernel, inlined below
             raise ModelError(
-                f"node {node.name!r} ({node.qualified_op}): ORT has no operator schema for it at this opset "
-                "(a call of a model-local function? ORT inlines those at load, qdqopt does not)"
+                f"node {node.name!r} ({node.domain}:{node.op_type}) is neither an operator ORT knows at this opset nor "
+                "a model-local function (ORT: 'is not a registered function/op')"
             )
         if node_has_cpu_kernel(graph, node):
             node.ep = CPU
-        elif can_be_inlined(graph, node):
-            raise ModelError(
-                f"node {node.name!r} ({node.qualified_op}-{node.since_version}) has no CPU kernel for its types: "
-                "ORT would inline its function body here, and function inlining is not implemented"
-            )
+
+
+def _inlinable(graph: Graph, node: Node) -> bool:
+    """``Node::CanBeInlined``: a call of a model-local function, or a schema op with a function body."""
+    if node.since_version is None:
+        return local_function(graph, node) is not None
+    return can_be_inlined(graph, node)
+
+
+def _inline(graph: Graph, node: Node) -> None:
+    """``Graph::InlineFunction`` with the body ``Node::TryGetFunctionProto`` gives."""
+    body = local_function(graph, node) if node.since_version is None else function_body(graph, node)
+    assert body is not None
+    inline_function(graph, node, body)
+
+
+def _inline_nodes(graph: Graph) -> bool:
+    """``InlineNodes``: subgraphs first, then the unassigned nodes that can be inlined, in node-index order."""
+    modified = False
+    for node in graph.nodes():
+        for sub in node.subgraphs.values():
+            modified = _inline_nodes(sub) or modified
+    for node in [n for n in graph.nodes() if not n.ep and _inlinable(graph, n)]:
+        _inline(graph, node)
+        modified = True
+    return modified
+
+
+def inline_functions_aot(model: Model) -> None:
+    """``GraphPartitioner::InlineFunctionsAOT`` (skipped by ORT when ``session.disable_aot_function_inlining=1``).
+
+    Only for a model with model-local functions. Each round inlines, subgraphs first, every node that can be inlined
+    and that the CPU EP does not claim (claims are taken before the round's first inlining), then Resolves; rounds
+    repeat until one inlines nothing. The local functions are then removed from the model except those called by a
+    claimed node.
+    """
+    functions = list(model.header.functions)
+    if not functions:
+        return
+    graph = model.graph
+    not_inlined: set[FunctionKey] = set()
+    while True:
+        infer_types(graph)
+        if not _inline_aot(graph, not_inlined):
+            break
+        graph.resolve()
+    kept = [f for f in functions if function_key(f.domain, f.name, f.overload) in not_inlined]
+    del model.header.functions[:]
+    model.header.functions.extend(kept)
+
+
+def _inline_aot(graph: Graph, not_inlined: set[FunctionKey]) -> int:
+    """``InlineFunctionsAOTImpl``: the number of nodes inlined in ``graph`` and its subgraphs."""
+    count = 0
+    for node in graph.nodes():
+        for sub in node.subgraphs.values():
+            count += _inline_aot(sub, not_inlined)
+    candidates = [n for n in graph.nodes() if _inlinable(graph, n)]
+    if not candidates:
+        return count
+    claimed = {n.index for n in graph.nodes() if node_has_cpu_kernel(graph, n)}
+    for node in candidates:
+        if node.index in claimed:
+            not_inlined.add(function_key(node.domain, node.op_type))
+        else:
+            _inline(graph, node)
+            count += 1
+    return count
 
 
 def check_kernels(graph: Graph) -> None:
@@ -91,6 +184,7 @@ def infer_types(graph: Graph) -> None:
         model = onnx.ModelProto(ir_version=onnx.IR_VERSION)
         for domain, version in sorted(_root(graph).opsets.items()):
             model.opset_import.append(onnx.helper.make_opsetid(domain, version))
+        model.functions.extend(local_functions(graph).values())  # calls of them are typed through their bodies
         model.graph.CopyFrom(_inference_graph(graph))
         try:
             inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)

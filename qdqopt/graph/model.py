@@ -105,8 +105,14 @@ def _check_external_locations(graph: onnx.GraphProto, base: Path, path: Path) ->
                 _check_external_locations(sub, base, path)
 
 
-def load_model(source: str | os.PathLike[str] | onnx.ModelProto) -> Model:
-    """Load a model as ORT does before any transformer runs."""
+def load_model(source: str | os.PathLike[str] | onnx.ModelProto, *, inline_local_functions: bool = True) -> Model:
+    """Load a model as ORT does before any transformer runs.
+
+    A model with model-local functions (``ModelProto.functions``, checked not to be recursive) then goes through ORT's
+    ahead-of-time function inlining, the first step of a session (:func:`qdqopt.partition.inline_functions_aot`),
+    unless ``inline_local_functions`` is False (``session.disable_aot_function_inlining=1``): the partitioner then
+    inlines the calls.
+    """
     proto, base = read_model_proto(source)
     header = onnx.ModelProto()
     header.CopyFrom(proto)
@@ -120,6 +126,14 @@ def load_model(source: str | os.PathLike[str] | onnx.ModelProto) -> Model:
     model = Model(header=header, graph=graph, opset_import=opset_import, base_dir=base)
     model.value_types = _infer_types(proto)
     _load_time_resolve(graph)
+    if proto.functions:
+        from qdqopt.graph.function_inlining import check_not_recursive, set_local_functions
+        from qdqopt.partition import inline_functions_aot
+
+        check_not_recursive(proto.functions)
+        set_local_functions(graph, proto.functions)
+        if inline_local_functions:
+            inline_functions_aot(model)
     return model
 
 
