@@ -5,6 +5,7 @@
 * ``nchwc_block_size``: ``MlasNchwcGetBlockSize()``: 8 on every x86-64, 16 with usable AVX-512F; 1 (off) on a stock
   arm64 build. ``NchwcTransformer`` is registered only when it is above 1.
 * ``u8s8_overflow``: ``MlasPlatformU8S8Overflow()``, AVX2/AVX-512 without VNNI; gates Avx2WeightS8ToU8Transformer.
+* ``fp16_nhwc_kernels`` / ``kleidiai_sme``: which extra entries ``NhwcTransformer``'s conversion table gets (arm64).
 
 :meth:`Target.detect` reads the running Python's machine and CPU flags, as ORT does at build and load time;
 :meth:`Target.probe` asks the installed onnxruntime directly (a one-Conv model at LAYOUT) for the block size.
@@ -43,6 +44,11 @@ class Target:
     int8_allowed: bool
     nchwc_block_size: int
     u8s8_overflow: bool
+    #: the CPU EP has fp16 NHWC kernels (``NhwcFusedConv``, NHWC-domain MaxPool/AveragePool): arm64 builds only
+    fp16_nhwc_kernels: bool = False
+    #: KleidiAI's SME float NHWC convolution (``FloatNhwcWrapperFilter``): arm64 with SME, unless
+    #: ``mlas.disable_kleidiai=1``
+    kleidiai_sme: bool = False
 
     @classmethod
     @functools.cache
@@ -52,7 +58,14 @@ class Target:
         flags = _cpu_flags()
         block = 1 if arm else 16 if "avx512f" in flags else 8
         overflow = (not arm) and ("avx2" in flags) and not ({"avx_vnni", "avx512_vnni"} & flags)
-        return cls(machine=machine, int8_allowed=arm, nchwc_block_size=block, u8s8_overflow=overflow)
+        return cls(
+            machine=machine,
+            int8_allowed=arm,
+            nchwc_block_size=block,
+            u8s8_overflow=overflow,
+            fp16_nhwc_kernels=arm,
+            kleidiai_sme=arm and bool({"sme", "sme2"} & flags),
+        )
 
     @classmethod
     @functools.cache

@@ -28,6 +28,7 @@ from qdqopt.passes.matmul_scale_fusion import MatMulScaleFusion
 from qdqopt.passes.matmul_transpose_fusion import MatmulTransposeFusion
 from qdqopt.passes.memcpy import MemcpyTransformer
 from qdqopt.passes.nchwc_transformer import NchwcTransformer
+from qdqopt.passes.nhwc_transformer import NhwcTransformer
 from qdqopt.passes.qdq_final_cleanup import QDQFinalCleanupTransformer
 from qdqopt.passes.qdq_propagation import QDQPropagationTransformer
 from qdqopt.passes.qdq_s8_to_u8 import QDQS8ToU8Transformer
@@ -77,6 +78,7 @@ TRANSFORMERS: dict[str, type[GraphTransformer]] = {
     MatMulNBitsFusion.name: MatMulNBitsFusion,
     QDQFinalCleanupTransformer.name: QDQFinalCleanupTransformer,
     NchwcTransformer.name: NchwcTransformer,
+    NhwcTransformer.name: NhwcTransformer,
     ConvAddActivationFusion.name: ConvAddActivationFusion,
     TransposeOptimizer.name: TransposeOptimizer,
     TransposeOptimizerCPU.name: TransposeOptimizerCPU,

@@ -1,0 +1,178 @@
+"""NhwcTransformer: move the CPU EP's channels-last kernels to NHWC and let the transpose optimizer clean up
+(``nhwc_transformer.cc``; spec §10.2).
+
+::
+
+    Q ─> QLinearConv ─> QLinearConv ─> DQ
+        becomes (wrap each, then optimize)
+    Q ─> Transpose(0,2,3,1) ─> ms.QLinearConv(channels_last=1) ─> ms.QLinearConv(channels_last=1)
+      ─> Transpose(0,3,1,2) ─> DQ
+
+For each CPU node in topological order whose op, domain and input-0 element type have an entry in the conversion
+table (:func:`conversion_table`) and whose filter accepts it, not yet channels-last and with a known input-0 rank:
+set ``channels_last=1`` (ops that have it), wrap input 0 in ``Transpose(channel first -> last)`` (and the fused Sum
+input 3 where the target takes it) and output 0 in ``Transpose(channel last -> first)``, and swap the op for its
+target (``CopyNode``: a new node named after the op type). If anything changed, the transpose optimizer runs once on
+the whole graph with the CPU EP's cost check and ORT's extended handlers, pushing the new Transposes until they
+cancel; MaxPools on u8/s8 become ``com.microsoft.NhwcMaxPool`` on the way.
+
+Weights are not transposed: ``com.microsoft.QLinearConv`` with ``channels_last=1`` takes OIHW weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import onnx
+
+from qdqopt.graph import Graph, Node
+from qdqopt.graph.schema import normalize_domain
+from qdqopt.passes.base import GraphTransformer, PassContext
+from qdqopt.passes.transpose_optimization import OptimizerCtx, optimize
+from qdqopt.passes.transpose_optimization.context import CPU, MS
+from qdqopt.passes.transpose_optimization.core import MAX_OPSET, MIN_OPSET
+from qdqopt.passes.transpose_optimization.layout import (
+    swap_node_op_type_domain_and_since_version,
+    wrap_transposes_around_node,
+)
+from qdqopt.passes.transpose_optimization.perms import channel_first_to_last_perm, channel_last_to_first_perm
+from qdqopt.passes.transpose_optimizer import check_run, write_back_types
+from qdqopt.target import Target
+
+__all__ = ["NhwcTransformer", "OpTransformInfo", "conversion_table"]
+
+_NHWC_DOMAIN = "com.ms.internal.nhwc"
+_ACL = "ACLExecutionProvider"
+_U8, _S8, _F16, _F32 = (onnx.TensorProto.UINT8, onnx.TensorProto.INT8, onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT)
+
+Filter = Callable[[OptimizerCtx, Node], bool]
+
+
+@dataclass(frozen=True)
+class OpTransformInfo:
+    """``OpTransformInfo``: the target op, whether it has ``channels_last``, whether the fused Sum input 3 is
+    transposed too, and an optional filter."""
+
+    op_type: str
+    domain: str
+    version: int
+    has_channels_last: bool
+    transpose_fused_sum_input: bool = False
+    filter: Filter | None = None
+    #: the filter's refusal, in words (``explain``)
+    filter_text: str = ""
+
+
+def _fp16_conv_filter(ctx: OptimizerCtx, node: Node) -> bool:
+    dilations = node.attr("dilations")
+    if isinstance(dilations, list) and (
+        (len(dilations) >= 1 and dilations[0] != 1) or (len(dilations) >= 2 and dilations[1] != 1)
+    ):
+        return False
+    return node.attr("group", 1) == 1
+
+
+def _kleidiai_filter(ctx: OptimizerCtx, node: Node) -> bool:
+    """``FloatNhwcWrapperFilter`` needs MLAS's SME kernel check, which only an arm64 build with SME can answer:
+    qdqopt does not model it, so a target claiming SME is refused by :meth:`NhwcTransformer.unsupported`."""
+    return False
+
+
+def conversion_table(target: Target) -> dict[tuple[str, str, int], OpTransformInfo]:
+    """The table ``NhwcTransformer``'s constructor builds from the CPU kernel registry: (op, domain, input-0 element
+    type) to the target. u8/s8 QLinearConv always; the fp16 and SME float entries on arm64 builds only."""
+    qconv = OpTransformInfo("QLinearConv", MS, 1, has_channels_last=True)
+    table: dict[tuple[str, str, int], OpTransformInfo] = {
+        ("QLinearConv", "", _S8): qconv,
+        ("QLinearConv", MS, _S8): qconv,
+        ("QLinearConv", "", _U8): qconv,
+        ("QLinearConv", MS, _U8): qconv,
+    }
+    if target.fp16_nhwc_kernels:
+        conv16 = OpTransformInfo(
+            "NhwcFusedConv", MS, 1, False, False, _fp16_conv_filter, "dilations other than 1 or group other than 1"
+        )
+        table[("Conv", "", _F16)] = conv16
+        table[("FusedConv", MS, _F16)] = OpTransformInfo(
+            "NhwcFusedConv", MS, 1, False, True, _fp16_conv_filter, "dilations other than 1 or group other than 1"
+        )
+    if target.kleidiai_sme:
+        conv32 = OpTransformInfo("NhwcFusedConv", MS, 1, False, True, _kleidiai_filter, "MLAS SME kernel check")
+        table[("Conv", "", _F32)] = conv32
+        table[("FusedConv", MS, _F32)] = conv32
+    if target.fp16_nhwc_kernels:
+        table[("MaxPool", "", _F16)] = OpTransformInfo("MaxPool", _NHWC_DOMAIN, 12, False)
+        table[("AveragePool", "", _F16)] = OpTransformInfo("AveragePool", _NHWC_DOMAIN, 11, False)
+        table[("GlobalAveragePool", "", _F16)] = OpTransformInfo("GlobalAveragePool", _NHWC_DOMAIN, 1, False)
+    return table
+
+
+def lookup(
+    table: dict[tuple[str, str, int], OpTransformInfo], ctx: OptimizerCtx, node: Node
+) -> tuple[OpTransformInfo | None, str]:
+    """``NhwcConvLookup``: the node's entry (None and why not when it has none or its filter refuses)."""
+    if not node.inputs:
+        return None, "no inputs"
+    key = (node.op_type, normalize_domain(node.domain), ctx.dtype(node.inputs[0]) or 0)
+    info = table.get(key)
+    if info is None:
+        return None, "no NHWC kernel for this op and input type on this target"
+    if info.filter is not None and not info.filter(ctx, node):
+        return None, f"the filter refused it ({info.filter_text})"
+    return info, ""
+
+
+class NhwcTransformer(GraphTransformer):
+    """``NhwcTransformer`` (Level3, CPU EP)."""
+
+    name = "NhwcTransformer"
+
+    def _convert(self, graph: Graph, target: Target) -> tuple[OptimizerCtx, bool]:
+        opset = graph.opset("") or 0
+        ctx = OptimizerCtx(graph, opset, CPU, CPU)
+        table = conversion_table(target)
+        modified = False
+        for node in graph.topological_order():
+            if graph.node(node.index) is None or node.ep not in (CPU, _ACL):
+                continue
+            info, _ = lookup(table, ctx, node)
+            if info is None:
+                continue
+            if info.has_channels_last and ctx.int_attr(node, "channels_last", 0) == 1:
+                continue
+            shape = ctx.shape(node.inputs[0])
+            if shape is None:
+                continue
+            if info.has_channels_last:
+                ctx.set_attr(node, "channels_last", 1)
+            rank = len(shape)
+            input_perm = channel_first_to_last_perm(rank)
+            input_perms: list[list[int] | None] = [None] * len(node.inputs)
+            if node.inputs:
+                input_perms[0] = input_perm
+            if info.transpose_fused_sum_input and len(node.inputs) > 3 and node.inputs[3]:
+                input_perms[3] = input_perm
+            wrap_transposes_around_node(ctx, node, input_perms, [channel_last_to_first_perm(rank)])
+            if (
+                normalize_domain(node.domain) != info.domain
+                or node.op_type != info.op_type
+                or node.since_version != info.version
+            ):
+                swap_node_op_type_domain_and_since_version(ctx, node, info.op_type, info.domain)
+            modified = True
+        if modified and MIN_OPSET <= opset <= MAX_OPSET:
+            optimize(ctx)
+        return ctx, modified
+
+    def unsupported(self, graph: Graph, ctx: PassContext) -> str | None:
+        if ctx.target.kleidiai_sme:
+            return "KleidiAI's SME float convolution filter (arm64 with SME) is not modelled"
+        return check_run(graph, lambda trial: self._convert(trial, ctx.target)[0])
+
+    def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
+        for node in graph.topological_order():
+            self.recurse(node, ctx, graph_level)
+        octx, modified = self._convert(graph, ctx.target)
+        write_back_types(graph, octx)
+        return modified
