@@ -4,10 +4,16 @@ Commands::
 
     qdqopt optimize IN -o OUT [--level L] [--disable NAME[,NAME...]]... [--config KEY=VALUE]...
     qdqopt passes [--level L] [--config KEY=VALUE]...
-    qdqopt trace IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--ort]
-    qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--strict]
+    qdqopt trace IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--ort [--isolate]]
+    qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--isolate]
     qdqopt explain IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--all]
-    qdqopt demo
+    qdqopt demo [--isolate]
+
+``diff``, ``trace --ort`` and ``demo`` compare with ORT as a user runs it: only the ``--disable`` list and the
+``--config`` entries given are applied, on both sides. A pass qdqopt lacks, or one that declines the model, does not
+run on qdqopt's side, and the output says so (and whether ORT's log shows it modifying the model). ``--isolate``
+disables those passes on both sides instead, to isolate what qdqopt reproduces; every report then says it is not a
+fidelity result.
 
 Bad input (a missing file, a file that is not ONNX, a model ORT rejects, an unknown level) prints one line on
 stderr and exits with code 2. Warnings (an unknown pass name or config key, which ORT would silently ignore) go to
@@ -30,9 +36,9 @@ import onnx
 
 from qdqopt import __version__
 from qdqopt.api import run
-from qdqopt.compare import compare_level
+from qdqopt.compare import ISOLATION, compare_level, run_paired
 from qdqopt.config import SessionConfig
-from qdqopt.errors import QdqoptError
+from qdqopt.errors import QdqoptError, UsageError
 from qdqopt.graph.model import read_model_proto
 from qdqopt.levels import PASSES, Level, parse_level, registered_passes
 from qdqopt.passes import RULES, TRANSFORMERS, GraphTransformer
@@ -119,8 +125,8 @@ def cmd_passes(args: argparse.Namespace) -> int:
         f"{target.with_config(cfg).int8_allowed}, NCHWc block {target.nchwc_block_size})"
     )
     print(f"  {'#':>3}  {'name':<42} {'level':<9} {'once':<5} {'impl':<5} gated by")
-    legend = "  impl: yes | no (skipped, disabled in ORT when comparing) | part (declines, with a reason, what it"
-    legend += " does not cover yet)"
+    legend = "  impl: yes | no (skipped; ORT runs it: diff reports it, --isolate disables it on both sides) | part"
+    legend += " (declines, with a reason, what it does not cover yet)"
     n = 0
     for spec in PASSES:
         key = (spec.name, spec.stage)
@@ -142,17 +148,27 @@ def cmd_passes(args: argparse.Namespace) -> int:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    result = run(args.input, args.level, disabled=args.disable or (), config=_config(args.config))
+    isolate = bool(getattr(args, "isolate", False))
+    if isolate and not args.ort:
+        raise UsageError("--isolate only applies with --ort (it says how ORT is run)")
     ort_lines: list[str] | None = None
+    notes: list[str] = []
     if args.ort:
-        from qdqopt.reference import run_reference
-
-        off = [*(args.disable or ()), *result.unsupported]  # a pass that does not cover the model: off in ORT too
-        ref = run_reference(args.input, result.level, config=_config(args.config), disabled=off)
-        ort_lines = [str(t) for t in ref.trace]
+        pair = run_paired(
+            args.input, args.level, config=_config(args.config), disabled=args.disable or (), isolate=isolate
+        )
+        result = pair.ours
+        ort_lines = [str(t) for t in pair.ref.trace]
+        limit = None if getattr(args, "verbose", False) else SHOWN
+        notes = [pair.header(limit), *pair.notes(limit)]
+    else:
+        result = run(args.input, args.level, disabled=args.disable or (), config=_config(args.config))
     print(f"trace of {args.input} at {result.level.ort_name}")
-    for name, reason in result.unsupported.items():
-        print(f"  {name}: not run, qdqopt does not cover this model yet ({reason})")
+    for note in notes:
+        print(f"  {note}")
+    if not args.ort:
+        for name, reason in result.unsupported.items():
+            print(f"  {name}: not run, qdqopt does not cover this model yet ({reason})")
     last_stage = None
     for i, entry in enumerate(result.pipeline.trace):
         stage = entry.stage if entry.stage in ("pre", "loop", "post") else f"{entry.stage} step {entry.step + 1}"
@@ -183,23 +199,37 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+#: names shown in a list before "... (N more)" unless --verbose
+SHOWN = 6
+
+
+def _mode_line(isolate: bool, disabled: Sequence[str]) -> str:
+    if isolate:
+        return "isolation mode: what qdqopt lacks or declines is disabled on both sides; not a fidelity result"
+    if disabled:
+        return f"ORT run as a user runs it, with {', '.join(disabled)} disabled on both sides as asked"
+    return "ORT run as a user runs it (nothing disabled)"
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     levels = list(Level) if args.all_levels else [parse_level(args.level)]
     cfg = _config(args.config)
+    isolate = bool(args.isolate)
+    limit = None if args.verbose else SHOWN
     worst = 0
     print(f"qdqopt vs ORT on {args.input}" + (f" with {cfg}" if cfg else ""))
+    print(f"  {_mode_line(isolate, args.disable or [])}")
     for level in levels:
-        comp = compare_level(args.input, level, config=cfg, disabled=args.disable or (), strict=args.strict)
+        comp = compare_level(args.input, level, config=cfg, disabled=args.disable or (), isolate=isolate)
         rep = comp.report
         flags = "  ".join(f"{t}:{rep.flag(t)}" for t in rep.verdict)
         trace = "trace: same" if comp.trace_matches else "trace: DIFFERENT"
-        print(f"{level.ort_name:<20} tier {rep.tier:<2}  [{flags}]  {trace}")
-        if comp.auto_disabled:
-            names = comp.auto_disabled
-            shown = ", ".join(names if args.verbose or len(names) <= 6 else [*names[:6], "..."])
-            print(f"    disabled on both sides (not implemented yet): {len(names)}: {shown}")
-        for name, reason in comp.unsupported.items():
-            print(f"    {name} does not cover this model yet: {reason}")
+        tag = "  (isolation)" if comp.mode == ISOLATION else ""
+        print(f"{level.ort_name:<20} tier {rep.tier:<2}  [{flags}]  {trace}{tag}")
+        if comp.isolated:
+            print(f"    {comp.header(limit)}")
+        for note in comp.notes(limit):
+            print(f"    {note}")
         for diff in rep.differences[: args.max_lines]:
             print(f"    {diff}")
         if not rep.holds("X") or not comp.trace_matches:
@@ -243,10 +273,18 @@ def example_model() -> Path:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     model = example_model()
+    isolate = bool(getattr(args, "isolate", False))
     print(f"Bundled example: {model.name} (TinyConvNet, PT2E XNNPACK int8, torch.onnx.export dynamo)\n")
     trace_args = argparse.Namespace(input=str(model), level="all", disable=None, config=None, ort=False)
     cmd_trace(trace_args)
     print()
+    if isolate:
+        print("Compared with ORT in isolation mode (--isolate): what qdqopt lacks is disabled on both sides, so the")
+        print("figures below are not fidelity results.\n")
+    else:
+        print("Compared with ORT as a user runs it (nothing disabled on either side): where qdqopt lacks a pass ORT")
+        print("runs, the figures show it, and the report names the pass (--isolate disables such passes on both")
+        print("sides instead).\n")
     status = 0
     for config in ([], ["session.qdqisint8allowed=1"]):
         diff_args = argparse.Namespace(
@@ -255,7 +293,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             all_levels=True,
             config=config,
             disable=None,
-            strict=False,
+            isolate=isolate,
             max_lines=3,
             verbose=False,
         )
@@ -297,6 +335,18 @@ def _parser() -> argparse.ArgumentParser:
                 help="transformer or rule to disable (repeatable; a comma-separated list works too)",
             )
 
+    def isolate_option(p: argparse.ArgumentParser, *, strict: bool = True) -> None:
+        group = p.add_mutually_exclusive_group()
+        group.add_argument(
+            "--isolate",
+            action="store_true",
+            help="disable on both sides (ORT's disabled_optimizers) every pass qdqopt lacks or that declines the model,"
+            " to isolate what qdqopt reproduces (not a fidelity result; the output says so). Default: ORT runs as a"
+            " user runs it",
+        )
+        if strict:  # the old name for the default, kept so that old scripts still run
+            group.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)
+
     p = sub.add_parser("optimize", help="write the model qdqopt's ORT passes produce")
     p.add_argument("input")
     p.add_argument("-o", "--output", required=True)
@@ -311,16 +361,18 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("trace", help="print each pass and whether it modified the graph, as ORT's INFO log does")
     p.add_argument("input")
     common(p)
-    p.add_argument("--ort", action="store_true", help="also run ORT and check its log line by line")
+    p.add_argument("--ort", action="store_true", help="also run ORT (as a user runs it) and check its log line by line")
+    isolate_option(p, strict=False)
+    p.add_argument("--verbose", "-v", action="store_true", help="name every pass in the notes on how ORT was run")
     p.set_defaults(func=cmd_trace)
 
     p = sub.add_parser("diff", help="compare qdqopt with real ORT at tiers N, S, X (and P: bytes)")
     p.add_argument("input")
     common(p)
     p.add_argument("--all-levels", action="store_true", help="compare at all five levels")
-    p.add_argument("--strict", action="store_true", help="compare against ORT as it is (disable nothing)")
+    isolate_option(p)
     p.add_argument("--max-lines", type=int, default=8, help="differences shown per level")
-    p.add_argument("--verbose", "-v", action="store_true", help="list every pass disabled on both sides")
+    p.add_argument("--verbose", "-v", action="store_true", help="name every pass in the notes on how ORT was run")
     p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("explain", help="list every QDQ node unit and why it was fused or not")
@@ -331,6 +383,7 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("demo", help="trace and diff the bundled example model at every level")
+    isolate_option(p, strict=False)
     p.set_defaults(func=cmd_demo)
     return parser
 

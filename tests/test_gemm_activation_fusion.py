@@ -35,7 +35,7 @@ def _model(name: str) -> onnx.ModelProto:
 
 
 def _compare(name: str, config: dict[str, str], disabled: list[str]) -> LevelComparison:
-    return compare_level(_model(name), "extended", config=config, disabled=disabled, strict=True)
+    return compare_level(_model(name), "extended", config=config, disabled=disabled)
 
 
 def _holds(result: LevelComparison) -> bool:

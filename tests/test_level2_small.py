@@ -81,9 +81,9 @@ def test_fixture_full_extended(name: str) -> None:
     for tag, cfg in (("default", {}), ("int8", INT8_ALLOWED), ("extra", extra)):
         if tag == "extra" and not extra:
             continue
-        _assert_p(compare_level(model, "extended", config=cfg), f"{name} [{tag}]")
+        _assert_p(compare_level(model, "extended", config=cfg, isolate=True), f"{name} [{tag}]")
     alone = [n for n in L2_NAMES if n != own]
-    _assert_p(compare_level(model, "extended", config=extra, disabled=alone), f"{name} [{own} alone]")
+    _assert_p(compare_level(model, "extended", config=extra, disabled=alone, isolate=True), f"{name} [{own} alone]")
 
 
 @pytest.mark.parametrize("rel", CORPUS_CASES)
@@ -92,12 +92,12 @@ def test_corpus(rel: str) -> None:
     if not path.is_file():
         pytest.skip(f"corpus model {rel} not found")
     for cfg in ({}, INT8_ALLOWED):
-        _assert_p(compare_level(path, "extended", config=cfg), f"{rel} {cfg}")
+        _assert_p(compare_level(path, "extended", config=cfg, isolate=True), f"{rel} {cfg}")
 
 
 # ------------------------------------------------------------------------------------------------ mutations
 def _holds(name: str, cfg: dict[str, str] | None = None) -> bool:
-    return compare_level(fixture_model(name), "extended", config=cfg or {}).report.holds("P")
+    return compare_level(fixture_model(name), "extended", config=cfg or {}, isolate=True).report.holds("P")
 
 
 def test_mutation_int16_relu_zp(monkeypatch: pytest.MonkeyPatch) -> None:

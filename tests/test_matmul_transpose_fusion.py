@@ -36,7 +36,7 @@ Model = Path | onnx.ModelProto
 
 
 def _compare(model: Model, config: dict[str, str], disabled: list[str]) -> LevelComparison:
-    return compare_level(model, "extended", config=config, disabled=disabled, strict=True)
+    return compare_level(model, "extended", config=config, disabled=disabled)
 
 
 def _assert_p(result: LevelComparison, what: str) -> None:
@@ -80,14 +80,15 @@ def test_corpus(path: Path, config: str) -> None:
         pytest.skip(f"corpus model not found: {path}")
     cfg = CONFIGS[config]
     assert OWN in {t.name for t in run_reference(path, "all", config=cfg).trace if t.modified}
-    result = compare_level(path, "all", config=cfg)
+    # isolation until NhwcTransformer lands (issue 9)
+    result = compare_level(path, "all", config=cfg, isolate=True)
     _assert_p(result, f"{path.name} {config}")
     assert OWN not in result.auto_disabled and OWN not in result.unsupported
     transposed = run_reference(path, "basic", config=cfg, disabled=[OWN]).model
     assert transposed is not None
     for level in ("extended", "all"):
         assert OWN in _fired(transposed, cfg, level)
-        result = compare_level(transposed, level, config=cfg, disabled=LAYOUT_WORK, strict=level == "extended")
+        result = compare_level(transposed, level, config=cfg, disabled=LAYOUT_WORK, isolate=level != "extended")
         _assert_p(result, f"{path.name} {config} (ORT's BASIC output) at {level}")
         assert f"GraphTransformer {OWN} modified: 1" in result.ours_lines
         assert OWN not in result.auto_disabled and OWN not in result.unsupported

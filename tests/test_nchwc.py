@@ -66,7 +66,8 @@ def _compare(
     saved = nchwc_transformer._Impl.reverse_final_order
     nchwc_transformer._Impl.reverse_final_order = reverse
     try:
-        return compare_level(_model(name), level, config=config, disabled=disabled)
+        # isolation until NhwcTransformer lands (issue 9)
+        return compare_level(_model(name), level, config=config, disabled=disabled, isolate=True)
     finally:
         nchwc_transformer._Impl.reverse_final_order = saved
 

@@ -35,7 +35,7 @@ TINY = MODELS / "tinyconvnet_pt2e.onnx"
 
 
 def _assert_like_ort(model: str | Path | onnx.ModelProto, config: dict[str, str]) -> None:
-    comp = compare_level(model, "extended", config=config, disabled=OFF)
+    comp = compare_level(model, "extended", config=config, disabled=OFF, isolate=True)
     assert comp.ours_lines == comp.ort_lines, f"ours {comp.ours_lines}\nORT  {comp.ort_lines}"
     assert comp.report.holds("P"), "\n".join(comp.report.lines())
 
@@ -91,7 +91,7 @@ def test_fixtures_fire_the_transformer() -> None:
     fired = 0
     cases = [case for case in selector.GROUP.cases if case.name not in selector.SIXTEEN_BIT]  # mostly rejections
     for case in cases:
-        comp = compare_level(_fixture(case.name), "extended", config={}, disabled=OFF)
+        comp = compare_level(_fixture(case.name), "extended", config={}, disabled=OFF, isolate=True)
         fired += any(line == "GraphTransformer QDQSelectorActionTransformer modified: 1" for line in comp.ort_lines)
     assert fired >= len(cases) * 3 // 4
 

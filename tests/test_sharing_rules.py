@@ -90,7 +90,9 @@ def _fixture_params() -> Iterator[object]:
 
 @pytest.mark.parametrize(("name", "config"), list(_fixture_params()))
 def test_fixture_alone_matches_ort(name: str, config: str) -> None:
-    comp = compare_level(fixture_model(name), "basic", config=CONFIGS[config], disabled=_alone(_pass_of(name)))
+    comp = compare_level(
+        fixture_model(name), "basic", config=CONFIGS[config], disabled=_alone(_pass_of(name)), isolate=True
+    )
     assert comp.ours_lines == comp.ort_lines, _report(comp)
     assert comp.report.holds("P"), _report(comp)
 
@@ -99,7 +101,7 @@ def test_fixtures_exercise_the_passes() -> None:
     """Each rule fixture group fires where its description says so: the cases are not vacuous."""
     fired = {}
     for name in ("sharing/cs_many_scales_hash_order", "rules/conv_bn_bias", "rules/reshape_fusion_div_path"):
-        comp = compare_level(fixture_model(name), "basic", disabled=_alone(_pass_of(name)))
+        comp = compare_level(fixture_model(name), "basic", disabled=_alone(_pass_of(name)), isolate=True)
         fired[name] = any(line == f"GraphTransformer {_pass_of(name)} modified: 1" for line in comp.ort_lines)
     assert all(fired.values()), fired
 
@@ -133,7 +135,7 @@ def test_corpus_alone_matches_ort(rel: str, name: str, config: str) -> None:
     path = CORPUS / rel
     if not path.exists():
         pytest.skip(f"{path} not available")
-    comp = compare_level(str(path), "basic", config=CONFIGS[config], disabled=_alone(name))
+    comp = compare_level(str(path), "basic", config=CONFIGS[config], disabled=_alone(name), isolate=True)
     assert f"GraphTransformer {name} modified: 1" in comp.ort_lines, "ORT no longer runs the pass on this model"
     assert comp.ours_lines == comp.ort_lines, _report(comp)
     assert comp.ours is not None and comp.ort is not None
@@ -146,10 +148,10 @@ def test_corpus_alone_matches_ort(rel: str, name: str, config: str) -> None:
 def test_survivor_follows_hash_order(monkeypatch: pytest.MonkeyPatch) -> None:
     """With file order instead of ``name_to_initial_tensor_`` order the surviving scale name is wrong."""
     name = "sharing/cs_many_scales_hash_order"
-    good = compare_level(fixture_model(name), "basic", disabled=_alone(ConstantSharing.name))
+    good = compare_level(fixture_model(name), "basic", disabled=_alone(ConstantSharing.name), isolate=True)
     assert good.report.holds("P"), _report(good)
     monkeypatch.setattr(cs_module, "initializer_map_order", lambda graph: graph.initializer_names())
-    bad = compare_level(fixture_model(name), "basic", disabled=_alone(ConstantSharing.name))
+    bad = compare_level(fixture_model(name), "basic", disabled=_alone(ConstantSharing.name), isolate=True)
     assert not bad.report.holds("X")
 
 
@@ -161,7 +163,7 @@ def test_bn_folding_precision_matters(monkeypatch: pytest.MonkeyPatch) -> None:
         return wide.astype(scale.dtype)
 
     monkeypatch.setattr(rules_level1, "_bn_factor", in_float64)
-    comp = compare_level(fixture_model("rules/conv_bn_bias"), "basic", disabled=_alone(RULE_BASED))
+    comp = compare_level(fixture_model("rules/conv_bn_bias"), "basic", disabled=_alone(RULE_BASED), isolate=True)
     assert comp.report.holds("S") is False or not comp.report.holds("P")
 
 

@@ -113,13 +113,13 @@ def _fired(c: LevelComparison) -> set[str]:
 @pytest.mark.parametrize("config", list(CONFIGS))
 @pytest.mark.parametrize("name", FIXTURES)
 def test_fixture_matches_ort(name: str, config: str) -> None:
-    assert_matches(compare_level(_fixture(name), "basic", config=CONFIGS[config]), "P")
+    assert_matches(compare_level(_fixture(name), "basic", config=CONFIGS[config], isolate=True), "P")
 
 
 @pytest.mark.parametrize("alone", MINE)
 @pytest.mark.parametrize("name", FIXTURES)
 def test_fixture_pass_alone_matches_ort(name: str, alone: str) -> None:
-    assert_matches(compare_level(_fixture(name), "basic", disabled=_only(alone)), "P")
+    assert_matches(compare_level(_fixture(name), "basic", disabled=_only(alone), isolate=True), "P")
 
 
 @pytest.mark.parametrize(
@@ -185,10 +185,10 @@ def _corpus_candidates() -> list[object]:
 def test_corpus_model_matches_ort(path: Path) -> None:
     if not ort_accepts(path):
         pytest.skip("ORT rejects the model")
-    c = compare_level(path, "basic")
+    c = compare_level(path, "basic", isolate=True)
     if _fired(c) & set(MINE):
         assert_matches(c, "P")
-        assert_matches(compare_level(path, "basic", config=INT8), "P")
+        assert_matches(compare_level(path, "basic", config=INT8, isolate=True), "P")
     else:  # none of the three passes fires: they must at least leave the model to the others untouched
         assert_matches(c)
 
@@ -216,7 +216,7 @@ CONFIG_MODELS = [
 @pytest.mark.parametrize("variant", list(CONFIG_VARIANTS))
 @pytest.mark.parametrize("name", CONFIG_MODELS)
 def test_config_variant_matches_ort(name: str, variant: str) -> None:
-    assert_matches(compare_level(_fixture(name), "basic", config=CONFIG_VARIANTS[variant]), "P")
+    assert_matches(compare_level(_fixture(name), "basic", config=CONFIG_VARIANTS[variant], isolate=True), "P")
 
 
 def test_max_output_size_parsing() -> None:
@@ -301,7 +301,7 @@ def test_weight_quantization_parameters_equal_ort() -> None:
 # ------------------------------------------------------------------------------------------------ subgraphs
 def test_subgraph_initializer_order() -> None:
     """Initializers removed inside a subgraph are swapped with the last one, as in the main graph."""
-    assert_matches(compare_level(_fixture("wbq/subgraph_conv_outer_bias"), "basic"), "P")
+    assert_matches(compare_level(_fixture("wbq/subgraph_conv_outer_bias"), "basic", isolate=True), "P")
 
 
 def _if_inlining_a_read_node_output() -> onnx.ModelProto:
@@ -350,4 +350,4 @@ def _if_inlining_a_read_node_output() -> onnx.ModelProto:
 
 def test_if_inlining_renames_values_read_by_nested_subgraphs() -> None:
     """The nested If's implicit input follows the renaming, and its value_info entry is typed."""
-    assert_matches(compare_level(_if_inlining_a_read_node_output(), "basic"), "P")
+    assert_matches(compare_level(_if_inlining_a_read_node_output(), "basic", isolate=True), "P")
