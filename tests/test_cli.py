@@ -183,26 +183,28 @@ def _level_blocks(out: str) -> list[str]:
 
 
 def test_demo_runs_the_main_job(capsys: pytest.CaptureFixture[str]) -> None:
-    """The README's first command: trace and compare the bundled example at every level, with ORT as a user runs
-    it. Every level comes out byte-identical (tier P) but where ORT's log shows a pass qdqopt lacks modifying the
-    model, which the output names (today NhwcTransformer at LAYOUT and ALL); the exit code says whether all matched."""
-    status = main(["demo"])
+    """The README's first command: trace and compare the bundled example at every level, ORT as a user runs it."""
+    assert main(["demo"]) == 0
     out = capsys.readouterr().out
     assert "GraphTransformer EnsureUniqueDQForNodeUnit modified: 1" in out
     assert (
         "Compared with ORT as a user runs it" in out and out.count("ORT run as a user runs it (nothing disabled)") == 2
     )
-    assert "isolation mode" not in out
-    blocks = _level_blocks(out)
-    assert len(blocks) == 10  # five levels, default and int8-allowed
-    explained = [b for b in blocks if "which modified this model: differences expected" in b]
-    for block in blocks:
-        assert "tier P" in block or block in explained, block
-        assert "DIFF" not in block or block in explained, block
-    if NHWC not in TRANSFORMERS:  # issue 9: another worker is writing it
-        assert len(explained) == 4 and all("qdqopt lacks NhwcTransformer" in b for b in explained)
-        assert all(b.startswith(("ORT_ENABLE_LAYOUT", "ORT_ENABLE_ALL")) for b in explained)
-    assert status == (1 if any("DIFF" in b for b in blocks) else 0)
+    assert "isolation" not in out
+    assert out.count("tier P") == 10  # five levels, default and int8-allowed
+    assert "DIFF" not in out
+
+
+def test_demo_names_what_qdqopt_lacks(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without NhwcTransformer (as before issue 9) the demo's LAYOUT and ALL figures show ORT's NHWC rewrite."""
+    monkeypatch.delitem(TRANSFORMERS, NHWC, raising=False)
+    assert main(["demo"]) == 1
+    blocks = _level_blocks(capsys.readouterr().out)
+    assert len(blocks) == 10
+    differing = [b for b in blocks if "tier P" not in b]
+    assert [b.split()[0] for b in differing] == ["ORT_ENABLE_LAYOUT", "ORT_ENABLE_ALL"] * 2
+    lacks = "qdqopt lacks NhwcTransformer, which ORT runs at this level and which modified this model"
+    assert all(lacks in b and "DIFF" in b for b in differing)
 
 
 def test_demo_isolated_says_so(capsys: pytest.CaptureFixture[str]) -> None:
@@ -251,9 +253,9 @@ NHWC = "NhwcTransformer"
 ISOLATION_TAIL = "disabled on both sides (isolation mode; not a fidelity result)"
 
 
-@pytest.mark.skipif(NHWC in TRANSFORMERS, reason="qdqopt implements NhwcTransformer now: the gap tested here is gone")
-def test_diff_compares_with_ort_as_it_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    """At LAYOUT ORT's NhwcTransformer rewrites the QLinearConvs; qdqopt lacks it: a difference (1), named."""
+def test_diff_compares_with_ort_as_it_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """At LAYOUT ORT's NhwcTransformer rewrites the QLinearConvs; without it qdqopt differs (1), and says why."""
+    monkeypatch.delitem(TRANSFORMERS, NHWC, raising=False)
     assert main(["diff", str(CNN), "-l", "layout"]) == 1
     out = capsys.readouterr().out
     assert "ORT run as a user runs it (nothing disabled)" in out and "isolation" not in out
@@ -261,15 +263,14 @@ def test_diff_compares_with_ort_as_it_runs(capsys: pytest.CaptureFixture[str]) -
     assert "S:DIFF" in out and "trace: DIFFERENT" in out
 
 
-def test_diff_isolate(capsys: pytest.CaptureFixture[str]) -> None:
+def test_diff_isolate(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delitem(TRANSFORMERS, NHWC, raising=False)
     assert main(["diff", str(CNN), "-l", "layout", "--isolate", "-v"]) == 0
     out = capsys.readouterr().out
     level_line = next(line for line in out.splitlines() if line.startswith("ORT_ENABLE_LAYOUT"))
     assert "tier P" in level_line and level_line.endswith("(isolation)")
     header = next(line for line in out.splitlines() if line.strip().startswith("ORT run with"))
-    assert header.endswith(ISOLATION_TAIL)
-    if NHWC not in TRANSFORMERS:
-        assert NHWC in header
+    assert header.endswith(ISOLATION_TAIL) and NHWC in header
     assert "ORT run as a user runs it" not in out
 
 
@@ -309,12 +310,19 @@ def test_diff_strict_is_still_accepted(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_trace_ort_as_it_runs_and_isolated(capsys: pytest.CaptureFixture[str]) -> None:
-    status = main(["trace", str(CNN), "-l", "layout", "--ort"])
+    assert main(["trace", str(CNN), "-l", "layout", "--ort"]) == 0
     out = capsys.readouterr().out
-    assert "ORT run as a user runs it (nothing disabled)" in out
-    if NHWC not in TRANSFORMERS:
-        assert status == 1 and "DIFFERENT" in out
-        assert "qdqopt lacks NhwcTransformer, which ORT runs at this level and which modified this model" in out
+    assert "ORT run as a user runs it (nothing disabled)" in out and "identical" in out
+
+
+def test_trace_ort_without_a_pass(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delitem(TRANSFORMERS, NHWC, raising=False)
+    assert main(["trace", str(CNN), "-l", "layout", "--ort"]) == 1
+    out = capsys.readouterr().out
+    assert (
+        "DIFFERENT" in out and "GraphTransformer NhwcTransformer modified: 0  (not implemented: skipped)  <> ORT" in out
+    )
+    assert "qdqopt lacks NhwcTransformer, which ORT runs at this level and which modified this model" in out
     assert main(["trace", str(CNN), "-l", "layout", "--ort", "--isolate"]) == 0
     out = capsys.readouterr().out
     assert ISOLATION_TAIL in out and "identical" in out

@@ -84,9 +84,15 @@ NHWC = "NhwcTransformer"
 ISOLATION_TAIL = "disabled on both sides (isolation mode; not a fidelity result)"
 
 
-@pytest.mark.skipif(NHWC in TRANSFORMERS, reason="qdqopt implements NhwcTransformer now: the gap tested here is gone")
+@pytest.fixture
+def without_nhwc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """qdqopt without NhwcTransformer, as it was before issue 9 (ORT's NhwcTransformer still runs)."""
+    monkeypatch.delitem(TRANSFORMERS, NHWC, raising=False)
+
+
+@pytest.mark.usefixtures("without_nhwc")
 def test_as_run_by_default_shows_the_pass_qdqopt_lacks() -> None:
-    """At LAYOUT ORT's NhwcTransformer turns the QLinearConvs of a QDQ CNN to NHWC; qdqopt lacks it (issue 9)."""
+    """At LAYOUT ORT's NhwcTransformer turns the QLinearConvs of a QDQ CNN to NHWC; qdqopt lacks it here."""
     comp = compare_level(CNN, "layout")
     assert comp.mode == AS_RUN and not comp.isolated and not comp.report.isolated
     assert comp.ort_disabled == [] and comp.report.ort_disabled == [] and comp.auto_disabled == []
@@ -102,15 +108,15 @@ def test_as_run_by_default_shows_the_pass_qdqopt_lacks() -> None:
     assert not any("isolation" in line for line in lines)
 
 
+@pytest.mark.usefixtures("without_nhwc")
 def test_isolation_disables_what_qdqopt_lacks_on_both_sides_and_says_so() -> None:
     comp = compare_level(CNN, "layout", isolate=True)
     assert comp.mode == ISOLATION and comp.isolated and comp.report.isolated and comp.report.mode == ISOLATION
     assert comp.report.holds("P") and comp.trace_matches, "\n".join(comp.lines())
     assert comp.ort_disabled == comp.auto_disabled == comp.report.ort_disabled
     assert comp.ort_only == [] and comp.ort_only_modified == []
-    if NHWC not in TRANSFORMERS:
-        assert NHWC in comp.ort_disabled
-        assert not any(NHWC in line for line in comp.ort_lines)  # ORT really ran without it
+    assert NHWC in comp.ort_disabled
+    assert not any(NHWC in line for line in comp.ort_lines)  # ORT really ran without it
     header = comp.lines()[0]
     assert header == f"ORT run with {', '.join(comp.ort_disabled)} {ISOLATION_TAIL}"
     assert comp.report.header == header and comp.header() == header
