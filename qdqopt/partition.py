@@ -98,11 +98,11 @@ def _inlinable(graph: Graph, node: Node) -> bool:
     return can_be_inlined(graph, node)
 
 
-def _inline(graph: Graph, node: Node) -> None:
+def _inline(graph: Graph, node: Node, *, ahead_of_time: bool = False) -> None:
     """``Graph::InlineFunction`` with the body ``Node::TryGetFunctionProto`` gives."""
     body = local_function(graph, node) if node.since_version is None else function_body(graph, node)
     assert body is not None
-    inline_function(graph, node, body)
+    inline_function(graph, node, body, constants_as_ort_values=ahead_of_time)
 
 
 def _inline_nodes(graph: Graph) -> bool:
@@ -154,7 +154,7 @@ def _inline_aot(graph: Graph, not_inlined: set[FunctionKey]) -> int:
         if node.index in claimed:
             not_inlined.add(function_key(node.domain, node.op_type))
         else:
-            _inline(graph, node)
+            _inline(graph, node, ahead_of_time=True)
             count += 1
     return count
 

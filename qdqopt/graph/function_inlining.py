@@ -237,38 +237,56 @@ def specialize(
 
 
 # -------------------------------------------------------------------------------------------------- InlineFunction
-def inline_function(graph: Graph, node: Node, body: onnx.FunctionProto) -> list[Node]:
+def inline_function(
+    graph: Graph, node: Node, body: onnx.FunctionProto, *, constants_as_ort_values: bool = False
+) -> list[Node]:
     """``Graph::InlineFunction``: replace the call ``node`` by the nodes of ``body``; returns the nodes added.
 
-    The caller Resolves the graph afterwards, as ORT's drivers do.
+    ``constants_as_ort_values``: the session has not yet moved its initializers into OrtValues (ahead-of-time
+    inlining), so the body's Constants are saved the way loaded initializers are (typed fields of 128 bytes or more
+    as ``raw_data``); the partitioner's inlining comes after that move and keeps them as the body wrote them. The
+    caller Resolves the graph afterwards, as ORT's drivers do.
     """
     prefix = graph.generate_node_name(INLINE_PREFIX + node.op_type) + "_"
     attributes = dict(node.attributes)
     for default in body.attribute_proto:
         attributes.setdefault(default.name, default)
     fp = specialize(body, node.inputs, node.outputs, attributes, prefix)
-    added = _inline_function_proto(graph, fp, node)
+    added = _inline_function_proto(graph, fp, node, constants_as_ort_values)
     graph.remove_node(node)
     return added
 
 
-def _inline_function_proto(graph: Graph, fp: onnx.FunctionProto, call: Node) -> list[Node]:
+def _inline_function_proto(graph: Graph, fp: onnx.FunctionProto, call: Node, normalise: bool) -> list[Node]:
     """``Graph::InlineFunctionProto``: Constant nodes first (as initializers), then the other nodes in body order."""
-    from qdqopt.graph.model import _build_graph, _constant_to_tensor
+    from qdqopt.graph.model import _build_graph, _constant_to_tensor, _normalise_initializer
 
+    def duplicate(name: str) -> ModelError:
+        return ModelError(
+            f"node {call.name!r} ({call.qualified_op}): inlining its function defines {name!r}, which the graph "
+            f"already has (ORT: Duplicate definition of name ({name}))"
+        )
+
+    call_outputs = set(call.outputs)
     for body_node in fp.node:
         if body_node.op_type == "Constant":
             tensor = _constant_to_tensor(body_node)
             if graph.is_initializer(tensor.name):
-                raise ModelError(
-                    f"node {call.name!r} ({call.qualified_op}): inlining its function makes the initializer "
-                    f"{tensor.name!r} twice (ORT fails the session)"
-                )
-            graph.add_initializer(tensor)
+                raise duplicate(tensor.name)
+            graph.add_initializer(_normalise_initializer(tensor) if normalise else tensor)
     added: list[Node] = []
     for body_node in fp.node:
         if body_node.op_type == "Constant":
             continue
+        for name in body_node.output:
+            if (
+                name
+                and name not in call_outputs
+                and (
+                    graph.producer(name) is not None or graph.is_initializer(name) or name in graph.graph_input_names()
+                )
+            ):
+                raise duplicate(name)
         attrs = {a.name: copy.deepcopy(a) for a in body_node.attribute}
         attr_map = StdUnorderedMap()
         attr_map.reserve(len(body_node.attribute))
