@@ -470,6 +470,23 @@ def _type_of(graph: Graph, name: str) -> onnx.TypeProto | None:
     return _TYPES.get(graph, {}).get(name)
 
 
+def clone_with_types(graph: Graph) -> Graph:
+    """:meth:`Graph.clone`, keeping the types inferred so far (they are cached per graph object, so a bare clone
+    would infer them again from its own, possibly already edited, state)."""
+    new = graph.clone()
+    pending = [(graph, new)]
+    while pending:
+        old, copy = pending.pop()
+        known = _TYPES.get(old)
+        if known is not None:
+            _TYPES[copy] = dict(known)
+        pending += [(a, b) for (_, _, a), (_, _, b) in zip(old.subgraphs(), copy.subgraphs(), strict=True)]
+    stamp = _TYPED_AT.get(graph)
+    if stamp is not None:
+        _TYPED_AT[new] = stamp
+    return new
+
+
 def _infer_types(root: Graph) -> None:
     """ONNX shape inference over the current graph, with the data of constant initializers and with data
     propagation (ORT's ``InferenceContextImpl::getInputData`` hands constant initializers to the inference functions

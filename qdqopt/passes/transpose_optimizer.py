@@ -24,6 +24,7 @@ import onnx
 
 from qdqopt.graph import Graph
 from qdqopt.passes.base import GraphTransformer, PassContext
+from qdqopt.passes.graph_utils import clone_with_types
 from qdqopt.passes.transpose_optimization import NotImplementedHandler, OptimizerCtx, make_ctx, optimize
 from qdqopt.passes.transpose_optimization.context import CPU
 
@@ -48,7 +49,7 @@ def check_run(graph: Graph, run: Callable[[Graph], OptimizerCtx | None]) -> str 
         return None
     declared = [v.name for v in (*graph.value_info, *graph.outputs) if graph.has_value(v.name)]
     shapes = {name: probe.shape(name) for name in declared}
-    trial = graph.clone()
+    trial = clone_with_types(graph)
     try:
         ctx = run(trial)
     except NotImplementedHandler as exc:
