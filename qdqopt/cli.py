@@ -263,6 +263,17 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for reason in getattr(report, "reasons", []):
             print(f"            - {reason}")
     print("summary: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    if parse_level(args.level) >= Level.LAYOUT:
+        from qdqopt.explain import explain_layout
+
+        layout = explain_layout(args.input, args.level, config=config, disabled=args.disable or ())
+        print(f"Convs, pools and Resizes as NhwcTransformer sees them ({len(layout)})")
+        for item in layout:
+            verdict = "NHWC" if item.outcome == "nhwc" else "NCHW"
+            arrow = "->" if item.outcome == "nhwc" else "stays:"
+            print(f"  {verdict:<5} {item.name!r} ({item.op}) {arrow} {item.detail}")
+        tally = collections.Counter(item.outcome for item in layout)
+        print(f"summary: {tally['nhwc']} to NHWC, {tally['nchw']} stay NCHW")
     return 0
 
 

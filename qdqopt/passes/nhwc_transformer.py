@@ -29,8 +29,9 @@ import onnx
 from qdqopt.graph import Graph, Node
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.transpose_optimization import OptimizerCtx, optimize
-from qdqopt.passes.transpose_optimization.context import CPU, MS
+from qdqopt.passes.graph_utils import clone_with_types
+from qdqopt.passes.transpose_optimization import NotImplementedHandler, OptimizerCtx, optimize
+from qdqopt.passes.transpose_optimization.context import CPU, MS, PushEvent
 from qdqopt.passes.transpose_optimization.core import MAX_OPSET, MIN_OPSET
 from qdqopt.passes.transpose_optimization.layout import (
     swap_node_op_type_domain_and_since_version,
@@ -47,6 +48,8 @@ _ACL = "ACLExecutionProvider"
 _U8, _S8, _F16, _F32 = (onnx.TensorProto.UINT8, onnx.TensorProto.INT8, onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT)
 
 Filter = Callable[[OptimizerCtx, Node], bool]
+#: ops ``explain`` reports on when the conversion table skips them
+_CANDIDATES = frozenset({"QLinearConv", "Conv", "FusedConv", "MaxPool", "AveragePool", "GlobalAveragePool"})
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,20 @@ def conversion_table(target: Target) -> dict[tuple[str, str, int], OpTransformIn
     return table
 
 
+def _no_entry(key: tuple[str, str, int]) -> str:
+    op, domain, elem = key
+    name = onnx.TensorProto.DataType.Name(elem).lower() if elem else "untyped"
+    if op == "QLinearConv":
+        return f"input 0 is {name}; only uint8/int8 QLinearConv have an NHWC kernel"
+    if domain not in ("", MS):
+        return f"{domain} op: not in the conversion table"
+    if op in ("Conv", "FusedConv"):
+        return f"{name} {op}: NHWC float kernels exist only in arm64 builds (fp16; fp32 with KleidiAI SME)"
+    if op in ("MaxPool", "AveragePool", "GlobalAveragePool"):
+        return f"{name} {op}: the table only has fp16 pools (arm64); u8/s8 MaxPool goes NHWC through the transposes"
+    return "not in the conversion table"
+
+
 def lookup(
     table: dict[tuple[str, str, int], OpTransformInfo], ctx: OptimizerCtx, node: Node
 ) -> tuple[OpTransformInfo | None, str]:
@@ -117,7 +134,7 @@ def lookup(
     key = (node.op_type, normalize_domain(node.domain), ctx.dtype(node.inputs[0]) or 0)
     info = table.get(key)
     if info is None:
-        return None, "no NHWC kernel for this op and input type on this target"
+        return None, _no_entry(key)
     if info.filter is not None and not info.filter(ctx, node):
         return None, f"the filter refused it ({info.filter_text})"
     return info, ""
@@ -128,22 +145,40 @@ class NhwcTransformer(GraphTransformer):
 
     name = "NhwcTransformer"
 
-    def _convert(self, graph: Graph, target: Target) -> tuple[OptimizerCtx, bool]:
+    def _convert(
+        self, graph: Graph, target: Target, events: list[PushEvent] | None = None
+    ) -> tuple[OptimizerCtx, bool]:
         opset = graph.opset("") or 0
         ctx = OptimizerCtx(graph, opset, CPU, CPU)
+        ctx.events = events
         table = conversion_table(target)
         modified = False
+
+        def skip(node: Node, reason: str) -> None:
+            if events is not None and node.op_type in _CANDIDATES:
+                events.append(PushEvent(node.index, node.name, node.qualified_op, "skipped", reason))
+
         for node in graph.topological_order():
-            if graph.node(node.index) is None or node.ep not in (CPU, _ACL):
+            if graph.node(node.index) is None:
                 continue
-            info, _ = lookup(table, ctx, node)
+            if node.ep not in (CPU, _ACL):
+                skip(node, f"assigned to {node.ep or 'no EP'}, not the CPU EP")
+                continue
+            info, why = lookup(table, ctx, node)
             if info is None:
+                skip(node, why)
                 continue
             if info.has_channels_last and ctx.int_attr(node, "channels_last", 0) == 1:
+                skip(node, "already channels_last=1")
                 continue
             shape = ctx.shape(node.inputs[0])
             if shape is None:
+                skip(node, "input 0 has no shape (unknown rank)")
                 continue
+            if events is not None:
+                events.append(
+                    PushEvent(node.index, node.name, node.qualified_op, "converted", f"{info.domain}.{info.op_type}")
+                )
             if info.has_channels_last:
                 ctx.set_attr(node, "channels_last", 1)
             rank = len(shape)
@@ -164,6 +199,16 @@ class NhwcTransformer(GraphTransformer):
         if modified and MIN_OPSET <= opset <= MAX_OPSET:
             optimize(ctx)
         return ctx, modified
+
+    def explain(self, graph: Graph, target: Target) -> list[PushEvent]:
+        """What the pass would do to ``graph`` (run on a copy): each candidate converted or skipped and why, then
+        every push the transpose optimizer considered."""
+        events: list[PushEvent] = []
+        try:
+            self._convert(clone_with_types(graph), target, events)
+        except NotImplementedHandler as exc:
+            events.append(PushEvent(-1, "", "", "unsupported", str(exc)))
+        return events
 
     def unsupported(self, graph: Graph, ctx: PassContext) -> str | None:
         if ctx.target.kleidiai_sme:

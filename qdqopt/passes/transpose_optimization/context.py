@@ -6,6 +6,8 @@ makers.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx
 
@@ -23,10 +25,21 @@ from qdqopt.passes.transpose_optimization.perms import (
     valid_perm,
 )
 
-__all__ = ["CPU", "MS", "NotImplementedHandler", "OptimizerCtx"]
+__all__ = ["CPU", "MS", "NotImplementedHandler", "OptimizerCtx", "PushEvent"]
 
 CPU = "CPUExecutionProvider"
 MS = "com.microsoft"
+
+
+@dataclass(frozen=True)
+class PushEvent:
+    """One push the optimizer considered: the node, the outcome (``pushed``, ``refused``, ``not pushed``), why."""
+
+    node_index: int
+    node_name: str
+    op: str
+    outcome: str
+    reason: str = ""
 
 
 class NotImplementedHandler(Exception):
@@ -41,6 +54,14 @@ class OptimizerCtx(ApiGraph):
         super().__init__(graph, opset, new_node_ep)
         self.provider = provider
         self.outputs_leading: set[str] = set()
+        #: when a list, every push the main loop considers is recorded here (``explain``)
+        self.events: list[PushEvent] | None = None
+
+    def refuse(self, node: Node, reason: str) -> bool:
+        """A handler declining ``node`` says why (recorded when events are on); returns False."""
+        if self.events is not None:
+            self.events.append(PushEvent(node.index, node.name, node.qualified_op, "refused", reason))
+        return False
 
     def can_modify(self, node: Node) -> bool:
         """``CanModifyNode``: unassigned nodes, or nodes on the optimizer's EP."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from qdqopt.graph import Graph, Node
 from qdqopt.graph.schema import normalize_domain
-from qdqopt.passes.transpose_optimization.context import OptimizerCtx
+from qdqopt.passes.transpose_optimization.context import OptimizerCtx, PushEvent
 from qdqopt.passes.transpose_optimization.cost import default_cost_check
 from qdqopt.passes.transpose_optimization.handlers import HandlerArgs
 from qdqopt.passes.transpose_optimization.ort import ort_ep_cost_check
@@ -38,14 +38,26 @@ def process_transpose(ctx: OptimizerCtx, transpose: Node, node: Node, perm: list
     input ``j`` and the cost check (the EP's, then the default) says it pays."""
     info = handler_for(node)
     if info is None:
-        return False
+        return _note(ctx, node, "not pushed", "no handler for this op")
     indices = info.transposible_inputs(ctx, node)
     if j not in indices:
-        return False
+        return _note(ctx, node, "not pushed", f"input {j} is not one the handler transposes")
     decided = ort_ep_cost_check(ctx, node)
     if decided is None and not default_cost_check(ctx, node, perm, info, indices):
-        return False
-    return info.handler(HandlerArgs(ctx, transpose, node, perm, invert_perm(perm), indices))
+        return _note(ctx, node, "not pushed", "the cost check found no gain")
+    index, name, op = node.index, node.name, node.qualified_op
+    pushed = info.handler(HandlerArgs(ctx, transpose, node, perm, invert_perm(perm), indices))
+    if pushed and ctx.events is not None:
+        ctx.events.append(PushEvent(index, name, op, "pushed"))
+    elif not pushed and ctx.events is not None and not any(e.node_index == index for e in ctx.events[-1:]):
+        ctx.events.append(PushEvent(index, name, op, "refused", "the handler refused it"))
+    return pushed
+
+
+def _note(ctx: OptimizerCtx, node: Node, outcome: str, reason: str) -> bool:
+    if ctx.events is not None:
+        ctx.events.append(PushEvent(node.index, node.name, node.qualified_op, outcome, reason))
+    return False
 
 
 def optimize(ctx: OptimizerCtx) -> bool:

@@ -22,7 +22,7 @@ from qdqopt.passes.transpose_optimization.perms import invert_perm
 if TYPE_CHECKING:
     from qdqopt.passes.transpose_optimization.context import OptimizerCtx
 
-__all__ = ["copy_node", "swap_node_op_type_domain_and_since_version", "wrap_transposes_around_node"]
+__all__ = ["copy_node", "copy_node_name", "swap_node_op_type_domain_and_since_version", "wrap_transposes_around_node"]
 
 
 def wrap_transposes_around_node(
@@ -38,10 +38,16 @@ def wrap_transposes_around_node(
             ctx.transpose_output(node, i, perm, invert_perm(perm))
 
 
+def copy_node_name(source: Node, op_type: str) -> str:
+    """The base ``CopyNode`` gives ``GenerateNodeName``: in ORT 1.32 (checked live) the source node's name, so a
+    swapped ``conv1`` becomes ``conv1_token_N``; the ``ort_optimizer_api_impl.cc`` read for this passes the op type."""
+    return source.name
+
+
 def copy_node(ctx: OptimizerCtx, source: Node, op_type: str, domain: str) -> Node:
     """``ApiGraph::CopyNode``: a node named ``GenerateNodeName(<source name>)`` with the source's inputs, as many fresh
     outputs (``<name>_out<i>``), the source's EP, and its attributes copied in the source's map order."""
-    name = ctx.graph.generate_node_name(source.name)
+    name = ctx.graph.generate_node_name(copy_node_name(source, op_type))
     outputs = [ctx.generate_value_name(f"{name}_out{i}") for i in range(len(source.outputs))]
     attributes: dict[str, onnx.AttributeProto] = {}
     for key in source.attribute_order():  # CopyAttributes: AddAttributeProto in the source map's order

@@ -56,7 +56,7 @@ def handle_qlinear_pool_op(args: HandlerArgs) -> bool:
         ctx.transpose_input(node, 0, args.perm_inv, perm)
         ctx.transpose_outputs(node, perm)
         return True
-    return False
+    return ctx.refuse(node, "the perm does not switch it between channels-first and channels-last")
 
 
 def handle_max_pool(args: HandlerArgs) -> bool:
@@ -64,13 +64,13 @@ def handle_max_pool(args: HandlerArgs) -> bool:
     perm, becomes ``com.microsoft.NhwcMaxPool`` (``storage_order`` dropped) between new Transposes."""
     ctx, node, perm = args.ctx, args.node, args.perm
     if node.ep != CPU:
-        return False
+        return ctx.refuse(node, "not on the CPU EP")
     if len(node.outputs) == 2 and node.outputs[1]:
-        return False
+        return ctx.refuse(node, "its indices output is used")
     if ctx.dtype(node.outputs[0]) not in (onnx.TensorProto.UINT8, onnx.TensorProto.INT8):
-        return False
+        return ctx.refuse(node, "its output is not uint8/int8 (a float MaxPool stays NCHW)")
     if perm != channel_last_to_first_perm(len(perm)):
-        return False
+        return ctx.refuse(node, "the Transpose is not channels-last to channels-first")
     new = swap_node_op_type_domain_and_since_version(ctx, node, "NhwcMaxPool", MS)
     if "storage_order" in new.attributes:
         ctx.graph.remove_attribute(new, "storage_order")
@@ -90,10 +90,10 @@ def handle_contrib_quantize_dequantize_linear(args: HandlerArgs) -> bool:
 
 def handle_ep_aware_resize(args: HandlerArgs) -> bool:
     """``EPAwareHandleResize``: only a CPU node, rank 4, NCHW <-> NHWC perms; then ``HandleResize``."""
-    if args.node.ep != CPU or len(args.perm) != 4:
-        return False
-    if args.perm not in ([0, 2, 3, 1], [0, 3, 1, 2]):
-        return False
+    if args.node.ep != CPU:
+        return args.ctx.refuse(args.node, "not on the CPU EP")
+    if len(args.perm) != 4 or args.perm not in ([0, 2, 3, 1], [0, 3, 1, 2]):
+        return args.ctx.refuse(args.node, "only rank-4 NCHW <-> NHWC Transposes are pushed through Resize")
     return not_implemented(args)  # HandleResize: not written yet
 
 
