@@ -48,8 +48,8 @@ def _pair(perm1: list[int], perm2: list[int], shape: list[int | str | None] | No
 def _qconv(shape: list[int | str | None] | None) -> onnx.ModelProto:
     rng = np.random.default_rng(0)
     inits = [
-        numpy_helper.from_array(np.float32(0.1), "s"),
-        numpy_helper.from_array(np.uint8(128), "z"),
+        numpy_helper.from_array(np.array(0.1, np.float32), "s"),
+        numpy_helper.from_array(np.array(128, np.uint8), "z"),
         numpy_helper.from_array(rng.integers(-5, 5, size=(4, 2, 1, 1)).astype(np.int8), "w"),
         numpy_helper.from_array(np.full(4, 0.01, np.float32), "ws"),
         numpy_helper.from_array(np.zeros(4, np.int8), "wz"),
