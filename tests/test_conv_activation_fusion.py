@@ -3,7 +3,7 @@
 * Every ``convact/`` fixture and the fixtures of other groups where ORT's log shows the pass firing
   (``wbq/conv_relu_clip_chain``, ``selector/conv_clip_kept_u8`` / ``_s8``), both configs (default,
   ``session.qdqisint8allowed=1``), the transpose optimizers (LAYOUT work) disabled on both sides: the whole EXTENDED
-  level, strict (nothing auto-disabled), must give ORT's trace and ORT's saved model byte for byte (tier P).
+  level, as ORT runs (nothing isolated), must give ORT's trace and ORT's saved model byte for byte (tier P).
 * The pass alone (every other Level2 transformer and rule disabled on both sides): the same checks.
 * Each ``convact/`` fixture means what its name says: ORT's own log shows the pass firing unless the name ends in
   ``_kept``.

@@ -3,7 +3,7 @@
 * Every ``convaddact/`` fixture (and every other fixture or corpus model where ORT's log shows the pass firing, see
   ``OTHER_FIRING``), at LAYOUT and ALL, both configs (default, ``session.qdqisint8allowed=1``), NchwcTransformer
   disabled on both sides (on x86 it takes most float Convs before this pass) and the passes qdqopt lacks
-  auto-disabled on both sides: ORT's trace and ORT's saved model byte for byte (tier P).
+  disabled on both sides (isolation): ORT's trace and ORT's saved model byte for byte (tier P).
 * Each fixture means what its name says: ORT's own log shows the pass firing unless the name ends in ``_kept``; for
   the ``*_nonchwc`` ones ORT fires it with NchwcTransformer enabled too (NchwcTransformer leaves those Convs alone).
 * Once ``NchwcTransformer`` is implemented (not a skeleton), the ``*_nonchwc`` fixtures are also compared with it
@@ -85,7 +85,7 @@ def test_fixture_means_what_it_says(name: str) -> None:
 @pytest.mark.skipif(_nchwc_is_skeleton(), reason="NchwcTransformer is still a skeleton")
 @pytest.mark.parametrize("name", NON_NCHWC)
 def test_nchwc_enabled(name: str) -> None:
-    # isolation until NhwcTransformer lands (issue 9)
+    # isolation until NhwcTransformer (issue 9) covers every model: today it declines some
     result = compare_level(fixture_model(name), "layout", config={}, isolate=True)
     _assert_p(result, f"{name} LAYOUT with NchwcTransformer")
 

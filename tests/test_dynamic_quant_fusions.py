@@ -4,7 +4,7 @@
   the two passes modifying it.
 * On each, both configs (default, ``session.qdqisint8allowed=1``), the transpose optimizers (LAYOUT work) disabled
   on both sides: the whole EXTENDED level must give ORT's trace and ORT's saved model byte for byte (tier P). It runs
-  strict (nothing auto-disabled) unless ORT's log shows a pass qdqopt does not implement modifying the model; then
+  as ORT runs (nothing isolated) unless ORT's log shows a pass qdqopt does not implement modifying the model; then
   those unimplemented passes are disabled on both sides.
 * Each pass alone (every other Level2 transformer and rule disabled on both sides): same checks; and
   DynamicQuantizeMatMulFusion alone on the model ORT writes with it disabled (so it has MatMulIntegerToFloat nodes

@@ -2,8 +2,8 @@
 
 * Every ``gemmact/`` case (built from :mod:`fixtures.handbuilt.gemmact`), both configs (default,
   ``session.qdqisint8allowed=1``), the transpose optimizers (LAYOUT work) disabled on both sides: the whole EXTENDED
-  level, strict, must give ORT's trace and ORT's saved model byte for byte (tier P); and the same with the pass alone
-  (every other Level2 transformer and rule disabled on both sides).
+  level, as ORT runs, must give ORT's trace and ORT's saved model byte for byte (tier P); and the same with the pass
+  alone (every other Level2 transformer and rule disabled on both sides).
 * Each case means what its name says: ORT's own log shows the pass firing unless the name ends in ``_kept``.
 * Mutations (an activation dropped from the list, the graph output check skipped) must make the comparison fail.
 """

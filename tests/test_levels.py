@@ -103,7 +103,7 @@ def test_parse_level_accepts_ort_enum() -> None:
 # ------------------------------------------------------------------------------------- passes that do not cover
 def test_a_pass_that_does_not_cover_the_model_runs_on_neither_side(monkeypatch: pytest.MonkeyPatch) -> None:
     """``GraphTransformer.unsupported``: the run is redone without the pass, the reason is reported, and a
-    comparison disables the pass in ORT too (strict: ORT runs it, so the comparison fails)."""
+    comparison disables the pass in ORT too (as ORT runs, ORT runs it, so the comparison fails)."""
     from qdqopt.api import run
     from qdqopt.compare import compare_level
     from qdqopt.passes.conv_activation_fusion import ConvActivationFusion

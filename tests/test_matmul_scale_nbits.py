@@ -2,7 +2,8 @@
 
 * Every ``matmulscale/`` and ``nbits/`` fixture and the corpus models where ORT's log shows one of the two passes
   modifying the model, at EXTENDED, both configs (default, ``session.qdqisint8allowed=1``), the transpose
-  optimizers (LAYOUT work) disabled on both sides, strict: ORT's saved model byte for byte (tier P) and ORT's trace.
+  optimizers (LAYOUT work) disabled on both sides, as ORT runs: ORT's saved model byte for byte (tier P) and ORT's
+  trace.
 * Each pass alone (every other Level2 transformer and rule disabled on both sides) on the models where it fires.
 * Mutations (the trailing scale's reciprocal not taken, the NBits bias shape check dropped) must make the
   comparison fail, so the checks above can fail.

@@ -2,8 +2,8 @@
 
 * Every ``nchwc/`` fixture and the fixtures and corpus models where ORT's log shows the pass firing, at LAYOUT and
   ALL, the QDQ ones with both configs (default, ``session.qdqisint8allowed=1``), ConvAddActivationFusion off on both
-  sides (another pass), the passes qdqopt lacks auto-disabled on both sides: qdqopt must give ORT's trace and ORT's
-  saved model byte for byte (tier P).
+  sides (another pass), the passes qdqopt lacks disabled on both sides (isolation): qdqopt must give ORT's trace and
+  ORT's saved model byte for byte (tier P).
 * Where ORT ends with two or more ReorderOutputs (created in the iteration order of an ``absl::flat_hash_map``
   keyed by pointers, which changes from run to run; own cases say so by ``_multi`` in their names), the structure
   (tier S) must match every time, and with two of them P must hold for one of a few ORT runs.
@@ -66,7 +66,7 @@ def _compare(
     saved = nchwc_transformer._Impl.reverse_final_order
     nchwc_transformer._Impl.reverse_final_order = reverse
     try:
-        # isolation until NhwcTransformer lands (issue 9)
+        # isolation until NhwcTransformer (issue 9) covers every model: today it declines some
         return compare_level(_model(name), level, config=config, disabled=disabled, isolate=True)
     finally:
         nchwc_transformer._Impl.reverse_final_order = saved

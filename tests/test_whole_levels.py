@@ -2,11 +2,12 @@
 
 Unlike the per-issue tests (``test_basic``, ``test_extended``, which switch the transpose optimizers off on both
 sides), ORT runs here as it is, less only what qdqopt cannot reproduce on the model: the passes it does not implement
-(today NhwcTransformer) and the passes that say they do not cover this model (``GraphTransformer.unsupported``, e.g.
-the transpose optimizer on a model needing a handler not written yet); ``compare_level`` without ``strict``
-disables those on both sides. Everything else must come out byte-identical to ORT's file (tier P) with ORT's log
-lines: LAYOUT (Level1 to Level3, so the transpose optimizers of both levels too) with the default config and
-``session.qdqisint8allowed=1``, ALL with the default config.
+and the passes that say they do not cover this model (``GraphTransformer.unsupported``, e.g. the transpose optimizer
+on a model needing a handler not written yet, NhwcTransformer on some models while issue 9 is under way);
+``compare_level(..., isolate=True)`` disables those on both sides (isolation mode: not yet the fidelity result of
+``qdqopt diff``, which runs ORT with nothing disabled). Everything else must come out byte-identical to ORT's file
+(tier P) with ORT's log lines: LAYOUT (Level1 to Level3, so the transpose optimizers of both levels too) with the
+default config and ``session.qdqisint8allowed=1``, ALL with the default config.
 
 One exception, ORT's own doing: where NchwcTransformer ends with two or more ``ReorderOutput`` nodes, ORT creates
 them in the iteration order of a hash map keyed by pointers, which changes from run to run, so there the structure
@@ -36,7 +37,7 @@ Model = Path | onnx.ModelProto
 
 def _check(model: Model, level: str, config: dict[str, str]) -> None:
     try:
-        # isolation until NhwcTransformer lands (issue 9)
+        # isolation until NhwcTransformer (issue 9) covers every model: today it declines some
         comp = compare_level(model, level, config=config, isolate=True)
     except ReferenceError:  # ORT cannot create this session: qdqopt must fail too
         with pytest.raises(QdqoptError):
