@@ -251,7 +251,7 @@ def run_paired(
         mode=ISOLATION if isolate else AS_RUN,
         user_disabled=names,
         auto_disabled=[n for n in auto if n not in names],
-        lacking=list(ours.unimplemented),
+        lacking=list(dict.fromkeys(ours.unimplemented)),  # a pass registered at two stages is named once
         unsupported=dict(ours.unsupported),
         ort_trace=list(ref.trace),
     )
