@@ -52,9 +52,6 @@ REFUSED = {
 }
 NAMES = (TransposeOptimizer.name, TransposeOptimizerCPU.name)
 OWN_REFUSED = {
-    "transpose/reshape_split": "pushing a Transpose through Reshape (HandleReshapeSplit",
-    "transpose/squeeze_unsqueeze_opset11": "pushing a Transpose through Squeeze",
-    "transpose/squeeze_unsqueeze_opset13": "pushing a Transpose through Squeeze",
 }
 
 

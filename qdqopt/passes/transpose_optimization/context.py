@@ -80,6 +80,13 @@ class OptimizerCtx(ApiGraph):
             return default
         return int(attr.i)
 
+    def ints_attr(self, node: Node, name: str) -> list[int] | None:
+        """``GetAttributeInts``: the attribute's ints, None if absent or of another type."""
+        attr = node.attributes.get(name)
+        if attr is None or attr.type != onnx.AttributeProto.INTS:
+            return None
+        return [int(v) for v in attr.ints]
+
     def read_attr_or_input(self, node: Node, attr: str, slot: int, opset_with_input: int) -> list[int] | None:
         if self.opset < opset_with_input:
             proto = node.attributes.get(attr)
@@ -292,7 +299,11 @@ class OptimizerCtx(ApiGraph):
                 if int(np.prod(dims)) == 1:
                     return
                 if len(dims) == 1 and dims[0] == len(perm):
-                    raise NotImplementedHandler("Permute1DConstant (a 1-D constant of length rank)")
+                    # values per axis (Resize's sizes, ...): a permuted copy; ORT asserts there is no DQ here, and a
+                    # release build, with one, reads the initializer past the DQ and reconnects the DQ afterwards
+                    self.permute_1d_constant(node, constant, i, to_modify, perm)
+                    restore_input = False
+                    return
                 if consumers:
                     inv = self.make_transpose(to_modify, perm_inv)
                     self.copy_value_info(to_modify, inv.outputs[0])
@@ -352,6 +363,49 @@ class OptimizerCtx(ApiGraph):
         self.set_input(node, i, tr.outputs[0])
         if inp_node is not None and inp_node.op_type == "DequantizeLinear":
             self.make_qdq_node_unit(inp_node)
+
+    def permute_1d_constant(self, node: Node, constant: onnx.TensorProto, i: int, name: str, perm: list[int]) -> None:
+        """``Permute1DConstant``: input ``i`` of ``node`` gets a new initializer holding the 1-D ``constant``'s
+        elements in ``perm`` order (same type and shape; an empty one stays empty); ``name`` is removed if nothing
+        reads it any more."""
+        array = self.constant_array(name)
+        data = b"" if array is None else np.ascontiguousarray(array).tobytes()
+        width = len(data) // len(perm)
+        permuted = b"".join(data[p * width : (p + 1) * width] for p in perm)
+        new = self.add_initializer(int(constant.data_type), [int(d) for d in constant.dims], permuted)
+        self.set_input(node, i, new)
+        if not self.has_consumers(name):
+            self.graph.remove_initializer(name)
+
+    def permute_input(self, node: Node, i: int, perm: list[int]) -> None:
+        """``PermuteInput``: a 1-D input holding one value per axis (or per begin/end of each axis) is reordered:
+        a constant of length ``len(perm)`` (or empty) by :meth:`permute_1d_constant`, anything else by a new
+        ``Gather(input, perm, axis=0)`` (no DQ is looked past: pads, roi, scales and sizes are never quantized)."""
+        name = node.inputs[i]
+        constant = self.constant(name)
+        if constant is not None and len(constant.dims) == 1 and int(constant.dims[0]) in (len(perm), 0):
+            self.permute_1d_constant(node, constant, i, name, perm)
+            return
+        indices = self.add_int64(perm)
+        gather = self.add_node("Gather", [name, indices])
+        self.copy_value_info(name, gather.outputs[0])
+        self.set_attr(gather, "axis", 0)
+        self.set_input(node, i, gather.outputs[0])
+
+    def add_int_matching(self, values: list[int], dtype: int | None) -> str:
+        """``AddIntInitializerMatchingDtype``: an int32 initializer if ``dtype`` is int32, else int64."""
+        if dtype == onnx.TensorProto.INT32:
+            data = np.array(values, dtype=np.int32).tobytes()
+            return self.add_initializer(onnx.TensorProto.INT32, [len(values)], data)
+        return self.add_int64(values)
+
+    def int_values(self, name: str) -> tuple[list[int], int] | None:
+        """A constant int32/int64 tensor's values and type (``TensorIntData``), None if ``name`` is no constant."""
+        constant = self.constant(name)
+        array = self.constant_array(name)
+        if constant is None or array is None:
+            return None
+        return [int(v) for v in array.reshape(-1)], int(constant.data_type)
 
     def unsqueeze_input(self, node: Node, i: int, axes: list[int]) -> None:
         """``UnsqueezeInput``."""

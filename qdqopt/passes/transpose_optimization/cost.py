@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING
 from qdqopt.graph import Node
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.transpose_optimization.handlers import HandlerInfo
+from qdqopt.passes.transpose_optimization.perms import invert_perm
 from qdqopt.passes.transpose_optimization.registry import handler_for
 
 if TYPE_CHECKING:
     from qdqopt.passes.transpose_optimization.context import OptimizerCtx
 
-__all__ = ["default_cost_check", "estimate_value_rank"]
+__all__ = ["default_cost_check", "estimate_value_rank", "pushed_transpose_cancels"]
 
 
 def estimate_value_rank(ctx: OptimizerCtx, value: str) -> int:
@@ -80,10 +81,36 @@ def default_cost_check(ctx: OptimizerCtx, node: Node, perm: list[int], info: Han
     if cost < 0 and info.transposes_outputs:
         out_cost = 0
         leading = False
+        cancel_perm = invert_perm(perm)
         for out in node.outputs:
             out_cost = max(out_cost, estimate_value_rank(ctx, out))
-            if out in ctx.outputs_leading:
+            if out in ctx.outputs_leading and (
+                ctx.single_consumer(out) is not None or pushed_transpose_cancels(ctx, out, cancel_perm)
+            ):
                 leading = True
         if not leading:
             cost += out_cost
     return cost < 0
+
+
+def pushed_transpose_cancels(ctx: OptimizerCtx, value: str, cancel_perm: list[int]) -> bool:
+    """Whether a Transpose put on ``value`` would meet one that cancels it (ORT 1.32, found by probing): the
+    value's consumers are all known (no graph output) and one of them is a Transpose with ``cancel_perm``, or a node
+    whose handler transposes its outputs and reads ``value`` at a transposible input, with an output for which this
+    holds. Other branches (no Transpose, another perm) do not matter; a Transpose consumer is not looked through."""
+    consumers, comprehensive = ctx.consumers(value)
+    if not comprehensive:
+        return False
+    for consumer in consumers:
+        if consumer.op_type == "Transpose" and normalize_domain(consumer.domain) == "":
+            if ctx.perm_of(consumer) == cancel_perm:
+                return True
+            continue
+        info = handler_for(consumer)
+        if info is None or not info.transposes_outputs:
+            continue
+        if not any(consumer.inputs[j] == value for j in info.transposible_inputs(ctx, consumer)):
+            continue
+        if any(out and pushed_transpose_cancels(ctx, out, cancel_perm) for out in consumer.outputs):
+            return True
+    return False

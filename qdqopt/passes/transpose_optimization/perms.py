@@ -7,6 +7,7 @@ and ``compose_perm(p1, p2)`` is the perm of ``Transpose(p2)`` applied after ``Tr
 from __future__ import annotations
 
 __all__ = [
+    "axes_for_transposed_input",
     "channel_first_to_last_perm",
     "channel_last_to_first_perm",
     "compose_perm",
@@ -110,6 +111,12 @@ def unsqueeze_axis(axes: list[int], axis: int) -> int:
         if a <= axis:
             axis += 1
     return axis
+
+
+def axes_for_transposed_input(axes: list[int], perm: list[int]) -> list[int]:
+    """``AxesForTransposedInput``: ``perm[a]`` for each axis, in the given order (Slice's axes line up with its
+    starts/ends/steps)."""
+    return [perm[a] for a in axes]
 
 
 def sorted_axes_for_transposed_input(axes: list[int], perm: list[int]) -> list[int]:

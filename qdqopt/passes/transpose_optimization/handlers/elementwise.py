@@ -44,6 +44,7 @@ SIMPLE_OPS = [
     "Softsign",
     "ThresholdedRelu",
     "Celu",
+    "Elu",  # in ORT 1.32's map (not in older ones; checked live)
     "HardSwish",
     "Sin",
     "Cos",

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from qdqopt.graph import Node
-from qdqopt.passes.transpose_optimization.context import NotImplementedHandler
 from qdqopt.passes.transpose_optimization.handlers.base import HandlerArgs
 from qdqopt.passes.transpose_optimization.perms import (
     compose_perm,
@@ -151,7 +150,7 @@ def _reshape(ctx: OptimizerCtx, transpose: Node, node: Node, perm: list[int], pe
     if perms is not None:
         handle_transpose_impl(ctx, transpose, node, perm, perm_inv, perms)
         return True
-    return _handle_reshape_split(ctx, transpose, node, perm, perm_inv)
+    return _handle_reshape_split(ctx, transpose, node, perm)
 
 
 def _reshape_as_transpose_perm(
@@ -181,37 +180,66 @@ def _reshape_as_transpose_perm(
     return perms
 
 
-def _handle_reshape_split(ctx: OptimizerCtx, transpose: Node, node: Node, perm: list[int], perm_inv: list[int]) -> bool:
-    """``HandleReshapeSplit``: the Reshape splits post-transpose axes into contiguous groups of output axes."""
+def _handle_reshape_split(ctx: OptimizerCtx, transpose: Node, node: Node, perm: list[int]) -> bool:
+    """``HandleReshapeSplit`` (ORT 1.32): the Reshape splits each axis of the Transpose's output into a run of
+    consecutive output axes (their product is that axis; a size-1 output axis joins the run that follows it). The
+    Reshape then reads the Transpose's input, with the runs in that input's axis order as its new shape, and a
+    Transpose moving the runs back takes its output.
+
+    ::
+
+        x[1,12,20,24] ─> Transpose(0,3,1,2) ─> Reshape([1,3,8,12,20]) ─> y
+            becomes    x ─> Reshape([1,12,20,3,8]) ─> Transpose(0,3,4,1,2) ─> y
+    """
     in_shape = ctx.shape(transpose.inputs[0])
     rank = len(perm)
-    if in_shape is None or any(d < 0 for d in in_shape) or len(in_shape) != rank:
+    if in_shape is None or len(in_shape) != rank or any(d < 0 for d in in_shape):
         return False
     transposed = [in_shape[p] for p in perm]
     requested = ctx.shape(node.outputs[0])
-    if requested is None or any(d <= 0 for d in requested) or len(requested) <= rank:
+    if requested is None or len(requested) <= rank or any(d <= 0 for d in requested):
         return False
-    groups: list[tuple[int, int]] = []
+    runs = _split_runs(transposed, requested)
+    if runs is None:
+        return False
+    # the runs in the order of the axes they come from (axis perm[j] of the input is run j)
+    order = sorted(range(rank), key=lambda j: perm[j])
+    new_shape: list[int] = []
+    start_in_new: dict[int, int] = {}
+    for j in order:
+        start_in_new[j] = len(new_shape)
+        new_shape.extend(requested[runs[j][0] : runs[j][1]])
+    new_perm = [start_in_new[j] + k - runs[j][0] for j in range(rank) for k in range(*runs[j])]
+    shape_input = node.inputs[1]
+    ctx.set_input(node, 0, transpose.inputs[0])
+    ctx.set_input(node, 1, ctx.add_int64(new_shape))
+    if not ctx.has_consumers(shape_input):
+        ctx.graph.remove_initializer(shape_input)
+    ctx.transpose_outputs(node, new_perm)
+    if not ctx.has_consumers(transpose.outputs[0]):
+        ctx.remove_node(transpose)
+    return True
+
+
+def _split_runs(transposed: list[int], requested: list[int]) -> list[tuple[int, int]] | None:
+    """For each dim of ``transposed``, the run ``[start, end)`` of ``requested`` whose product it is (runs
+    consecutive and covering ``requested``), or None."""
+    runs: list[tuple[int, int]] = []
     cursor = 0
     for target in transposed:
         start = cursor
         prod = 1
         while True:
             if cursor >= len(requested):
-                return False
-            dim = requested[cursor]
-            if target > 0 and prod > target // dim:
-                return False
-            prod *= dim
+                return None
+            prod *= requested[cursor]
             cursor += 1
             if prod >= target:
                 break
         if prod != target:
-            return False
-        groups.append((start, cursor))
-    if cursor != len(requested):
-        return False
-    raise NotImplementedHandler("pushing a Transpose through Reshape (HandleReshapeSplit not implemented)")
+            return None
+        runs.append((start, cursor))
+    return runs if cursor == len(requested) else None
 
 
 def handle_transpose_impl(
