@@ -1,0 +1,522 @@
+"""The machinery shared by the contrib-op inference functions: ORT's schemas, the output element-type rule of
+``Graph::InferAndVerifyTypeMatch``, and ONNX's shape helpers (``convPoolShapeInference``, broadcasting, MatMul).
+
+An inference function here computes what ORT's ``TypeAndShapeInferenceFunction`` computes, as an :class:`Inferred`
+per output (element type, shape), from a :class:`Node` view of ONNX's ``InferenceContext``. :func:`schema` wraps it
+in an ``onnx.defs.OpSchema`` whose formal parameters, type constraints and attributes are read from the installed
+onnxruntime's own registry, and whose registered function then applies ORT's element-type rule on top:
+
+* an output whose formal parameter is homogeneous and whose type string an input already bound (``T`` of a typed
+  input, or a literal such as ``tensor(float)``) takes that input's type, whatever the inference function said;
+* else an output whose formal parameter allows a single type takes it;
+* else the inference function's element type, if it set one.
+
+The shape is the inference function's. ORT fails ``Resolve`` where an inference function fails; such models never
+reach a saved file, so the functions here raise :class:`onnx.shape_inference.InferenceError` only where ORT's do and
+the result would otherwise be wrong, and skip ORT's validation of quantization parameters: a value qdqopt has not
+typed (ORT would have) then costs nothing but the outputs that really depend on it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+import onnx.defs
+import onnx.shape_inference
+
+__all__ = [
+    "Dim",
+    "InferenceError",
+    "Inferred",
+    "Node",
+    "OpSpec",
+    "broadcast",
+    "conv_pool_shape",
+    "dim_value",
+    "global_pool_shape",
+    "matmul_shape",
+    "nhwc_conv_pool_shape",
+    "register_specs",
+    "unknown_dim",
+]
+
+Dim = onnx.TensorShapeProto.Dimension
+InferenceError = onnx.shape_inference.InferenceError
+
+
+def dim_value(value: int) -> Dim:
+    out = Dim()
+    out.dim_value = value
+    return out
+
+
+def unknown_dim() -> Dim:
+    return Dim()
+
+
+def _copy(dims: Sequence[Dim]) -> list[Dim]:
+    out = []
+    for d in dims:
+        c = Dim()
+        c.CopyFrom(d)
+        out.append(c)
+    return out
+
+
+@dataclass
+class Inferred:
+    """What an inference function says of one output: element type (0: none) and shape (None: none)."""
+
+    elem: int = 0
+    dims: list[Dim] | None = None
+
+
+class Node:
+    """A typed view of ``InferenceContext``, with ONNX's ``shape_inference.h`` helpers as methods.
+
+    ``outputs`` collects what the inference function infers (ORT's ``ctx.getOutputType(i)``).
+    """
+
+    def __init__(self, ctx: onnx.shape_inference.InferenceContext) -> None:
+        self.ctx = ctx
+        self.outputs: dict[int, Inferred] = {}
+
+    # --------------------------------------------------------------------------------------------- inputs
+    @property
+    def num_inputs(self) -> int:
+        return int(self.ctx.get_num_inputs())
+
+    @property
+    def num_outputs(self) -> int:
+        return int(self.ctx.get_num_outputs())
+
+    def input_type(self, index: int) -> onnx.TypeProto | None:
+        """``ctx.getInputType(index)``: None for an index past the inputs, an absent optional input, or no type."""
+        if index >= self.num_inputs or not self.ctx.has_input(index):
+            return None
+        found: onnx.TypeProto | None = self.ctx.get_input_type(index)
+        if found is None or found.WhichOneof("value") is None:
+            return None
+        return found
+
+    def elem(self, index: int) -> int:
+        """The input's element type, 0 when unknown (ORT's ``propagateElemTypeFromInputToOutput`` would fail)."""
+        found = self.input_type(index)
+        if found is None or not found.HasField("tensor_type"):
+            return 0
+        return int(found.tensor_type.elem_type)
+
+    def has_shape(self, index: int) -> bool:
+        """``hasInputShape``."""
+        found = self.input_type(index)
+        return found is not None and found.HasField("tensor_type") and found.tensor_type.HasField("shape")
+
+    def has_shapes(self, count: int) -> bool:
+        """``hasNInputShapes``: the first ``count`` inputs (all present) have shapes."""
+        return self.num_inputs >= count and all(self.has_shape(i) for i in range(count))
+
+    def shape(self, index: int) -> list[Dim] | None:
+        """A copy of the input's dims, or None without a shape."""
+        if not self.has_shape(index):
+            return None
+        found = self.input_type(index)
+        assert found is not None
+        return _copy(found.tensor_type.shape.dim)
+
+    # ----------------------------------------------------------------------------------------- attributes
+    def attr(self, name: str) -> onnx.AttributeProto | None:
+        found: onnx.AttributeProto | None = self.ctx.get_attribute(name)
+        return found
+
+    def attr_int(self, name: str, default: int) -> int:
+        """``getAttribute(ctx, name, default)``."""
+        found = self.attr(name)
+        return int(found.i) if found is not None else default
+
+    def attr_ints(self, name: str) -> list[int] | None:
+        """``getRepeatedAttribute``: None when absent."""
+        found = self.attr(name)
+        return [int(v) for v in found.ints] if found is not None else None
+
+    def attr_str(self, name: str) -> str | None:
+        found = self.attr(name)
+        return found.s.decode() if found is not None else None
+
+    # -------------------------------------------------------------------------------------------- outputs
+    def out(self, index: int) -> Inferred:
+        """``ctx.getOutputType(index)``, created on first use."""
+        return self.outputs.setdefault(index, Inferred())
+
+    def set_elem(self, index: int, elem: int) -> None:
+        """``updateOutputElemType`` / ``propagateElemTypeFromInputToOutput`` (nothing when ``elem`` is unknown)."""
+        if elem:
+            self.out(index).elem = elem
+
+    def propagate_elem(self, source: int, index: int) -> None:
+        self.set_elem(index, self.elem(source))
+
+    def set_shape(self, index: int, dims: Sequence[Dim]) -> None:
+        """``updateOutputShape`` / ``propagateShapeFromInputToOutput``."""
+        self.out(index).dims = _copy(dims)
+
+    def propagate_shape(self, source: int, index: int) -> None:
+        dims = self.shape(source)
+        if dims is not None:
+            self.set_shape(index, dims)
+
+    def propagate_shape_and_type_from_first_input(self) -> None:
+        """ONNX's ``propagateShapeAndTypeFromFirstInput``."""
+        self.propagate_elem(0, 0)
+        if self.has_shapes(1):
+            self.propagate_shape(0, 0)
+
+
+# ------------------------------------------------------------------------------------------------ shape helpers
+def _trunc_div(a: int, b: int) -> int:
+    """C++ integer division (towards zero)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def conv_pool_shape(
+    node: Node,
+    x: list[Dim] | None,
+    w: list[Dim] | None,
+    *,
+    use_dilation: bool,
+    require_kernel_shape: bool,
+) -> list[Dim] | None:
+    """ONNX's ``convPoolShapeInference`` on an NCHW input shape ``x`` (and the weight's ``w`` for a Conv).
+
+    The output keeps N (and C for a pool, W's M for a Conv); a spatial dim is computed where the input's has a
+    value and left unknown otherwise. None: no shape (an input shape is missing, or a weight dim has no value).
+    """
+    if x is None:
+        return None
+    if not require_kernel_shape and w is None:
+        return None
+    if len(x) < 2:
+        raise InferenceError("Input tensor must have at least 2 dimensions")
+    n = len(x) - 2
+    dilations = node.attr_ints("dilations") if use_dilation else None
+    if dilations is not None and len(dilations) != n:
+        raise InferenceError("Attribute dilations has incorrect size")
+    dilations = dilations if dilations is not None else [1] * n
+    strides = node.attr_ints("strides")
+    if strides is not None and len(strides) != n:
+        raise InferenceError("Attribute strides has incorrect size")
+    strides = strides if strides is not None else [1] * n
+    kernel = node.attr_ints("kernel_shape")
+    if kernel is not None:
+        if len(kernel) != n:
+            raise InferenceError("Attribute kernel_shape has incorrect size")
+    elif require_kernel_shape:
+        raise InferenceError("Attribute kernel_shape must be specified")
+    else:
+        assert w is not None
+        kernel = []
+        for d in w[2:]:
+            if not d.HasField("dim_value"):
+                return None
+            kernel.append(int(d.dim_value))
+    effective = [(k - 1) * dilations[i] + 1 for i, k in enumerate(kernel)]
+    pads = node.attr_ints("pads")
+    if pads is not None:
+        if len(pads) != 2 * n:
+            raise InferenceError("Attribute pads has incorrect size")
+    else:
+        pads = [0] * (2 * n)
+        auto_pad = node.attr_str("auto_pad")
+        if auto_pad is not None and auto_pad != "VALID":
+            for i in range(n):
+                residual = 0
+                stride = strides[i]
+                if stride > 1:
+                    if not x[2 + i].HasField("dim_value"):
+                        continue
+                    residual = int(x[2 + i].dim_value) % stride
+                if i >= len(effective):
+                    raise InferenceError(f"kernel shape should have {n} values")
+                total = effective[i] - stride if residual == 0 else effective[i] - residual
+                total = max(total, 0)
+                small, big = total >> 1, total - (total >> 1)
+                if auto_pad == "SAME_UPPER":
+                    pads[i], pads[i + n] = small, big
+                elif auto_pad == "SAME_LOWER":
+                    pads[i], pads[i + n] = big, small
+    if require_kernel_shape:
+        out = _copy(x[:2])
+    else:
+        assert w is not None
+        if len(w) < 1:
+            raise InferenceError("Second input tensor has wrong dimension")
+        out = _copy([x[0], w[0]])
+    ceil_mode = node.attr_int("ceil_mode", 0)
+    k = len(kernel)
+    for i in range(k):
+        if 2 + i >= len(x):
+            raise InferenceError("kernel has more spatial dims than the input")
+        if not x[2 + i].HasField("dim_value"):
+            out.append(unknown_dim())
+            continue
+        size = int(x[2 + i].dim_value)
+        padded = size + pads[i] + pads[i + k]
+        extra = strides[i] - 1 if ceil_mode else 0
+        value = _trunc_div(padded - effective[i] + extra, strides[i]) + 1
+        if ceil_mode == 1 and (value - 1) * strides[i] >= size + pads[i]:
+            value -= 1  # a window starting in the end padding is dropped (PyTorch's rule)
+        out.append(dim_value(value))
+    return out
+
+
+def to_nchw(dims: list[Dim] | None) -> list[Dim] | None:
+    """``NhwcInferenceContext``'s view of input 0: N, C, spatial... from N, spatial..., C (rank 3 at least)."""
+    if dims is None:
+        return None
+    if len(dims) < 3:
+        raise InferenceError("Tensor must have at least 3 dimensions to convert between channels first and last.")
+    return _copy([dims[0], dims[-1], *dims[1:-1]])
+
+
+def to_nhwc(dims: list[Dim] | None) -> list[Dim] | None:
+    """``NhwcInferenceContext::PropagateOutputShape``: N, spatial..., C from N, C, spatial..."""
+    if dims is None:
+        return None
+    if len(dims) < 3:
+        raise InferenceError("Output tensor must have at least 3 dimensions")
+    return _copy([dims[0], *dims[2:], dims[1]])
+
+
+def nhwc_conv_pool_shape(
+    node: Node,
+    x: list[Dim] | None,
+    w: list[Dim] | None,
+    *,
+    use_dilation: bool,
+    require_kernel_shape: bool,
+) -> list[Dim] | None:
+    """``convPoolShapeInferenceNhwc``: the NCHW inference on the transposed input, transposed back."""
+    nchw = conv_pool_shape(node, to_nchw(x), w, use_dilation=use_dilation, require_kernel_shape=require_kernel_shape)
+    return to_nhwc(nchw)
+
+
+def global_pool_shape(x: list[Dim] | None) -> list[Dim] | None:
+    """ONNX's ``globalPoolTypeShapeInference``: N, C, then 1 for every spatial dim (rank 2 at least)."""
+    if x is None or len(x) < 2:
+        return None
+    return [*_copy(x[:2]), *(dim_value(1) for _ in x[2:])]
+
+
+def _shape_type(dims: Sequence[Dim]) -> onnx.TypeProto:
+    out = onnx.TypeProto()
+    out.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    out.tensor_type.shape.dim.extend(_copy(dims))
+    return out
+
+
+def _onnx_infer(op_type: str, opset: int, shapes: Sequence[Sequence[Dim]], **attrs: Any) -> list[Dim] | None:
+    """The output shape ONNX's own ``op_type`` inference gives float operands of these shapes."""
+    names = [f"i{i}" for i in range(len(shapes))]
+    node = onnx.helper.make_node(op_type, names, ["o"], **attrs)
+    types = {name: _shape_type(dims) for name, dims in zip(names, shapes, strict=True)}
+    if op_type == "Where":
+        types["i0"].tensor_type.elem_type = onnx.TensorProto.BOOL
+    result = onnx.shape_inference.infer_node_outputs(onnx.defs.get_schema(op_type, opset), node, types).get("o")
+    if result is None or not result.tensor_type.HasField("shape"):
+        return None
+    return _copy(result.tensor_type.shape.dim)
+
+
+def broadcast(*shapes: Sequence[Dim]) -> list[Dim] | None:
+    """ONNX's ``multidirectionalBroadcastShapeInference`` (``bidirectionalBroadcastShapeInference`` for two)."""
+    if len(shapes) == 2:
+        return _onnx_infer("Add", 14, shapes)
+    if len(shapes) == 3:
+        return _onnx_infer("Where", 16, shapes)
+    raise ValueError("broadcast takes two or three shapes")
+
+
+def matmul_shape(a: Sequence[Dim], b: Sequence[Dim]) -> list[Dim] | None:
+    """ONNX's ``matmulShapeInference``."""
+    return _onnx_infer("MatMul", 13, [a, b])
+
+
+# ------------------------------------------------------------------------------------------------ schemas
+InferFn = Callable[[Node], None]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One contrib op to register: ORT's schema (domain, name, since_version) and its inference function."""
+
+    domain: str
+    name: str
+    infer: InferFn
+    since_version: int = 1
+    notes: tuple[str, ...] = field(default=())
+
+
+@functools.cache
+def _ort_schemas() -> dict[tuple[str, str, int], Any]:
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
+
+    return {(s.domain, s.name, int(s.since_version)): s for s in ort_c.get_all_operator_schema()}
+
+
+def _option(ort_option: Any) -> onnx.defs.OpSchema.FormalParameterOption:
+    options = onnx.defs.OpSchema.FormalParameterOption
+    return {"Single": options.Single, "Optional": options.Optional, "Variadic": options.Variadic}[
+        str(ort_option).rsplit(".", 1)[-1]
+    ]
+
+
+def _attribute(ort_attr: Any) -> onnx.defs.OpSchema.Attribute:
+    cls = onnx.defs.OpSchema.Attribute
+    raw: bytes = ort_attr._default_value
+    if raw:
+        default = onnx.AttributeProto()
+        default.ParseFromString(raw)
+        if default.type != onnx.AttributeProto.UNDEFINED:
+            return cls(ort_attr.name, default, "")
+    attr_type = getattr(onnx.defs.OpSchema.AttrType, str(ort_attr.type).rsplit(".", 1)[-1])
+    return cls(ort_attr.name, attr_type, "", required=bool(ort_attr.required))
+
+
+@dataclass(frozen=True)
+class _Formal:
+    type_str: str
+    homogeneous: bool
+    allowed: frozenset[str]
+    variadic: bool
+
+
+def _type_string(type_proto: onnx.TypeProto) -> str | None:
+    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.elem_type:
+        return None
+    name = onnx.TensorProto.DataType.Name(type_proto.tensor_type.elem_type).lower()
+    return f"tensor({name})"
+
+
+def _elem_of(type_str: str) -> int:
+    if not (type_str.startswith("tensor(") and type_str.endswith(")")):
+        return 0
+    try:
+        return int(onnx.TensorProto.DataType.Value(type_str[len("tensor(") : -1].upper()))
+    except ValueError:
+        return 0
+
+
+class _Rule:
+    """ORT's output element-type rule for one schema (``Graph::InferAndVerifyTypeMatch``)."""
+
+    def __init__(self, ort_schema: Any) -> None:
+        def formal(p: Any) -> _Formal:
+            return _Formal(
+                str(p.typeStr), bool(p.isHomogeneous), frozenset(str(t) for t in p.types), "Variadic" in str(p.option)
+            )
+
+        self.inputs = [formal(p) for p in ort_schema.inputs]
+        self.outputs = [formal(p) for p in ort_schema.outputs]
+
+    def _input_formal(self, index: int) -> _Formal | None:
+        if index < len(self.inputs):
+            return self.inputs[index]
+        if self.inputs and self.inputs[-1].variadic:
+            return self.inputs[-1]
+        return None
+
+    def bindings(self, node: Node) -> dict[str, int]:
+        """Type string -> element type, from the typed inputs of homogeneous formal parameters (first one wins)."""
+        bound: dict[str, int] = {}
+        for index in range(node.num_inputs):
+            formal = self._input_formal(index)
+            found = node.input_type(index)
+            if formal is None or not formal.homogeneous or found is None or formal.type_str in bound:
+                continue
+            text = _type_string(found)
+            if text is not None and text in formal.allowed:
+                bound[formal.type_str] = int(found.tensor_type.elem_type)
+        return bound
+
+    def output_elem(self, index: int, bound: dict[str, int], inferred: int) -> int:
+        formal = self.outputs[min(index, len(self.outputs) - 1)] if self.outputs else None
+        if formal is None:
+            return inferred
+        if formal.homogeneous and formal.type_str in bound:
+            return bound[formal.type_str]
+        if len(formal.allowed) == 1:
+            return _elem_of(next(iter(formal.allowed)))
+        return inferred
+
+
+def _run(spec: OpSpec, rule: _Rule, ctx: onnx.shape_inference.InferenceContext) -> None:
+    node = Node(ctx)
+    spec.infer(node)
+    bound = rule.bindings(node)
+    for index in range(node.num_outputs):
+        if not ctx.has_output(index):
+            continue
+        inferred = node.outputs.get(index, Inferred())
+        elem = rule.output_elem(index, bound, inferred.elem)
+        if not elem:
+            continue
+        out = onnx.TypeProto()
+        out.tensor_type.elem_type = elem
+        if inferred.dims is not None:
+            out.tensor_type.shape.dim.extend(inferred.dims)
+            if not inferred.dims:
+                out.tensor_type.shape.SetInParent()  # a known rank 0
+        ctx.set_output_type(index, out)
+
+
+def _build(spec: OpSpec) -> onnx.defs.OpSchema | None:
+    ort_schema = _ort_schemas().get((spec.domain, spec.name, spec.since_version))
+    if ort_schema is None:
+        return None
+    cls = onnx.defs.OpSchema
+
+    def formal(p: Any) -> onnx.defs.OpSchema.FormalParameter:
+        return cls.FormalParameter(
+            str(p.name), str(p.typeStr), param_option=_option(p.option), is_homogeneous=bool(p.isHomogeneous)
+        )
+
+    schema = cls(
+        spec.name,
+        spec.domain,
+        spec.since_version,
+        inputs=[formal(p) for p in ort_schema.inputs],
+        outputs=[formal(p) for p in ort_schema.outputs],
+        type_constraints=[
+            (str(t.type_param_str), [str(a) for a in t.allowed_type_strs], "") for t in ort_schema.type_constraints
+        ],
+        attributes=[_attribute(a) for a in ort_schema.attributes.values()],
+    )
+    rule = _Rule(ort_schema)
+    schema.set_type_and_shape_inference_function(functools.partial(_run, spec, rule))
+    return schema
+
+
+def _onnx_has(spec: OpSpec) -> bool:
+    try:
+        found = onnx.defs.get_schema(spec.name, spec.since_version, spec.domain)
+    except onnx.defs.SchemaError:
+        return False
+    return int(found.since_version) == spec.since_version
+
+
+def register_specs(specs: Sequence[OpSpec]) -> list[str]:
+    """Register each op ONNX does not already have (at that version); the names registered."""
+    done = []
+    for spec in specs:
+        if _onnx_has(spec):
+            continue
+        schema = _build(spec)
+        if schema is None:
+            continue
+        onnx.defs.register_schema(schema)
+        done.append(f"{spec.domain or 'ai.onnx'}::{spec.name}-{spec.since_version}")
+    return done
