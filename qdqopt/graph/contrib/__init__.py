@@ -14,7 +14,11 @@ ONNX already has (at the same version); this changes ONNX's registry for the who
   Sigmoid/Softmax/ReduceMean/Concat/Where, QGemm, MatMulIntegerToFloat, DynamicQuantizeMatMul, MatMulNBits.
 * :mod:`~qdqopt.graph.contrib.nhwc`: QLinearConv, NhwcMaxPool, QLinearAveragePool, QLinearGlobalAveragePool (with
   ``channels_last``), NhwcConv, NhwcFusedConv.
-* :mod:`~qdqopt.graph.contrib.fused`: FusedMatMul.
+* :mod:`~qdqopt.graph.contrib.fused`: FusedMatMul, FusedConv, FusedGemm, Gelu, FastGelu, BiasGelu, QuickGelu,
+  SkipLayerNormalization, SkipSimplifiedLayerNormalization, and ORT's LayerNormalization-1 and
+  SimplifiedLayerNormalization-1 of the ``ai.onnx`` domain (ONNX has LayerNormalization from opset 17 only).
+* :mod:`~qdqopt.graph.contrib.nchwc`: the ``com.microsoft.nchwc`` Conv, MaxPool, AveragePool, GlobalMaxPool,
+  GlobalAveragePool, ReorderInput, ReorderOutput, Upsample.
 
 ONNX's own QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger and DynamicQuantizeLinear (domain ``ai.onnx``)
 are ONNX's schemas in ORT too: nothing to add.
@@ -22,13 +26,13 @@ are ONNX's schemas in ORT too: nothing to add.
 
 from __future__ import annotations
 
-from qdqopt.graph.contrib import fused, nhwc, quantization
+from qdqopt.graph.contrib import fused, nchwc, nhwc, quantization
 from qdqopt.graph.contrib._base import OpSpec, register_specs
 
 __all__ = ["SPECS", "register"]
 
 #: every op registered, by module
-SPECS: list[OpSpec] = [*quantization.SPECS, *nhwc.SPECS, *fused.SPECS]
+SPECS: list[OpSpec] = [*quantization.SPECS, *nhwc.SPECS, *fused.SPECS, *nchwc.SPECS]
 
 _registered: list[str] | None = None
 

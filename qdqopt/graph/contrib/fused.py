@@ -1,14 +1,26 @@
 """``contrib_defs.cc`` / ``bert_defs.cc``: the float fusions ORT's Level2 passes produce.
 
-=========================  ==============================================================================
-FusedMatMul                A's type; ONNX MatMul's shape of the operands as transA/transB and
-                           transBatchA/transBatchB rearrange them (``FusedMatMulShapeInference``)
-=========================  ==============================================================================
+=================================  ======================================================================
+FusedMatMul                        A's type; ONNX MatMul's shape of the operands as transA/transB and
+                                   transBatchA/transBatchB rearrange them (``FusedMatMulShapeInference``)
+FusedConv                          X's type; ``convPoolShapeInference`` (as Conv)
+FusedGemm                          A's type; (M, N) when A and B both have a shape (rank 2 each)
+Gelu / FastGelu / BiasGelu /       X's type and shape (``propagateShapeAndTypeFromFirstInput``)
+QuickGelu
+SkipLayerNormalization,            output: input's type and shape; mean, inv_std_var: float, the input's
+SkipSimplifiedLayerNormalization   shape with the last dim 1; input_skip_bias_sum: as input
+LayerNormalization-1 (ai.onnx,     ORT's own schema below ONNX's opset 17: Y of Scale's type (V), X's shape;
+opset < 17)                        Mean, InvStdDev of ``stash_type`` with X's shape, 1 from ``axis`` on
+SimplifiedLayerNormalization-1     Y as LayerNormalization; inv_std_var of ``stash_type``, X's shape with the
+(ai.onnx)                          ``axis`` dim alone set to 1 (not the dims after it)
+=================================  ======================================================================
 """
 
 from __future__ import annotations
 
-from qdqopt.graph.contrib._base import Dim, InferenceError, Node, OpSpec, matmul_shape
+from onnx import TensorProto
+
+from qdqopt.graph.contrib._base import Dim, InferenceError, Node, OpSpec, conv_pool_shape, dim_value, matmul_shape
 
 __all__ = ["SPECS"]
 
@@ -41,6 +53,96 @@ def _fused_matmul(node: Node) -> None:
         node.set_shape(0, dims)
 
 
+def _first_input(node: Node) -> None:
+    node.propagate_shape_and_type_from_first_input()
+
+
+def _fused_conv(node: Node) -> None:
+    node.propagate_elem(0, 0)
+    dims = conv_pool_shape(node, node.shape(0), node.shape(1), use_dilation=True, require_kernel_shape=False)
+    if dims is not None:
+        node.set_shape(0, dims)
+
+
+def _fused_gemm(node: Node) -> None:
+    node.propagate_elem(0, 0)
+    if not node.has_shapes(2):
+        return
+    a, b = node.shape(0), node.shape(1)
+    assert a is not None and b is not None
+    if len(a) != 2:
+        raise InferenceError("First input does not have rank 2")
+    if len(b) != 2:
+        raise InferenceError("Second input does not have rank 2")
+    trans_a, trans_b = node.attr_int("transA", 0) != 0, node.attr_int("transB", 0) != 0
+    node.set_shape(0, [a[1 if trans_a else 0], b[0 if trans_b else 1]])
+
+
+def _normalized(dims: list[Dim], axis: int) -> list[Dim]:
+    """The statistics' shape: ``dims`` with every dim from ``axis`` on set to 1."""
+    return [d if i < axis else dim_value(1) for i, d in enumerate(dims)]
+
+
+def _layer_norm(node: Node, stats: tuple[int, ...], *, only_axis: bool = False) -> None:
+    """ORT's LayerNormalization-1 / SimplifiedLayerNormalization-1: Y as X (its type then rebound to Scale's by ORT's
+    rule), the statistics outputs ``stats`` of type ``stash_type`` and X's shape with every dim from ``axis`` on set
+    to 1 (``only_axis``: SimplifiedLayerNormalization sets the ``axis`` dim alone, observed on 1.32)."""
+    node.propagate_shape_and_type_from_first_input()
+    stash = node.attr_int("stash_type", TensorProto.FLOAT)
+    for index in stats:
+        if index < node.num_outputs:
+            node.set_elem(index, stash)
+    dims = node.shape(0)
+    if dims is None:
+        return
+    rank = len(dims)
+    axis = node.attr_int("axis", -1)
+    if axis < -rank or axis >= rank:
+        raise InferenceError(f"axis must be in [-rank, rank-1]. input rank was {rank}")
+    axis = axis + rank if axis < 0 else axis
+    reduced = [dim_value(1) if i == axis else d for i, d in enumerate(dims)] if only_axis else _normalized(dims, axis)
+    for index in stats:
+        if index < node.num_outputs:
+            node.set_shape(index, reduced)
+
+
+def _layer_normalization(node: Node) -> None:
+    _layer_norm(node, (1, 2))
+
+
+def _simplified_layer_normalization(node: Node) -> None:
+    _layer_norm(node, (1,), only_axis=True)
+
+
+def _skip_layer_normalization(node: Node) -> None:
+    """``SkipLayerNormalizationShapeInference``: output as input, mean and inv_std_var float with the last dim 1,
+    input_skip_bias_sum as input."""
+    node.propagate_shape_and_type_from_first_input()
+    for index in (1, 2):
+        if index < node.num_outputs:
+            node.set_elem(index, TensorProto.FLOAT)
+    if node.num_outputs > 3:
+        node.propagate_elem(0, 3)
+    dims = node.shape(0)
+    if dims is None:
+        return
+    for index in (1, 2):
+        if index < node.num_outputs and dims:
+            node.set_shape(index, _normalized(dims, len(dims) - 1))
+    if node.num_outputs > 3:
+        node.set_shape(3, dims)
+
+
 SPECS = [
     OpSpec(MS, "FusedMatMul", _fused_matmul),
+    OpSpec(MS, "FusedConv", _fused_conv),
+    OpSpec(MS, "FusedGemm", _fused_gemm),
+    OpSpec(MS, "Gelu", _first_input),
+    OpSpec(MS, "FastGelu", _first_input),
+    OpSpec(MS, "BiasGelu", _first_input),
+    OpSpec(MS, "QuickGelu", _first_input),
+    OpSpec(MS, "SkipLayerNormalization", _skip_layer_normalization),
+    OpSpec(MS, "SkipSimplifiedLayerNormalization", _skip_layer_normalization),
+    OpSpec("", "LayerNormalization", _layer_normalization),
+    OpSpec("", "SimplifiedLayerNormalization", _simplified_layer_normalization),
 ]
