@@ -6,7 +6,12 @@ ORT 1.32, live.
   for byte (tier P) and ORT's trace, with both transpose optimizers running on both sides.
 * Where the gate refuses, its reason is a one-line string naming what is not reproduced.
 * A mutation (the cost check comparing against the inverse perm, as the names in ORT's source suggest) must make
-  the comparison fail.
+  the comparison fail, and so must one dropping ORT 1.32's rule for outputs leading to a Transpose.
+* Resize is pushed only by ORT's extended handler (``EPAwareHandleResize``: a CPU node, rank 4, NCHW <-> NHWC,
+  then ``HandleResize``); the ``resize_*`` fixtures run with that glue around
+  :func:`~qdqopt.passes.transpose_optimization.handlers.resize.handle_resize` patched into the extended map (drop
+  the patch once ``ort.py`` calls ``handle_resize``).
+* ``Permute1DConstant`` from ``TransposeInput`` (no ONNX-domain push reaches it) is checked on a built graph.
 """
 
 from __future__ import annotations
@@ -15,15 +20,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
 from fixtures.handbuilt import transpose as transpose_fixtures
 from qdqopt.compare import compare_level
 from qdqopt.config import SessionConfig
+from qdqopt.graph import Graph
 from qdqopt.graph.model import load_model
 from qdqopt.passes import TRANSFORMERS, PassContext
-from qdqopt.passes.transpose_optimization import OptimizerCtx, cost
+from qdqopt.passes.transpose_optimization import OptimizerCtx, cost, make_ctx
+from qdqopt.passes.transpose_optimization.context import CPU
+from qdqopt.passes.transpose_optimization.handlers import HandlerArgs, HandlerInfo
+from qdqopt.passes.transpose_optimization.handlers.base import first_input
+from qdqopt.passes.transpose_optimization.handlers.resize import handle_resize
+from qdqopt.passes.transpose_optimization.ort import EXTENDED_HANDLERS
 from qdqopt.passes.transpose_optimization.perms import invert_perm
 from qdqopt.passes.transpose_optimizer import TransposeOptimizer, TransposeOptimizerCPU
 from qdqopt.target import Target
@@ -51,8 +63,9 @@ REFUSED = {
     f"{TESTDATA}/transpose_optimizer_in_place_transpose_unsqueeze_per_axis_dq.onnx": "it would change the shape",
 }
 NAMES = (TransposeOptimizer.name, TransposeOptimizerCPU.name)
-OWN_REFUSED = {
-}
+OWN_REFUSED: dict[str, str] = {}
+#: run by test_resize_fixture, with ORT's EPAwareHandleResize patched in
+RESIZE = [f"transpose/{name}" for name in transpose_fixtures.RESIZE_CASES]
 
 
 @contextmanager
@@ -90,13 +103,28 @@ def _fixture(name: str) -> onnx.ModelProto:
     return next(c for c in transpose_fixtures.CASES if c.name == name).build()
 
 
-OWN = [c.name for c in transpose_fixtures.CASES if c.name not in OWN_REFUSED]
+OWN = [c.name for c in transpose_fixtures.CASES if c.name not in OWN_REFUSED and c.name not in RESIZE]
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=["default", "int8"])
 @pytest.mark.parametrize("level", ["basic", "extended"])
 @pytest.mark.parametrize("name", OWN)
 def test_fixture(name: str, level: str, config: dict[str, str]) -> None:
+    _check(_fixture(name), level, config)
+
+
+def _ep_aware_resize(args: HandlerArgs) -> bool:
+    """ORT's ``EPAwareHandleResize``: ``HandleResize`` for a CPU node of rank 4 with an NCHW <-> NHWC perm."""
+    if args.node.ep == CPU and args.perm in ([0, 2, 3, 1], [0, 3, 1, 2]):
+        return handle_resize(args)
+    return False
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["default", "int8"])
+@pytest.mark.parametrize("level", ["basic", "extended"])
+@pytest.mark.parametrize("name", RESIZE)
+def test_resize_fixture(name: str, level: str, config: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(EXTENDED_HANDLERS, "Resize", HandlerInfo(first_input, _ep_aware_resize))
     _check(_fixture(name), level, config)
 
 
@@ -148,3 +176,42 @@ def test_mutation_inverse_perm_cost(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cost, "estimate_transpose_value_cost", mutated)
     with pytest.raises(AssertionError):
         _check(_fixture("transpose/relu_sigmoid_cancel"), "basic", {})
+
+
+def test_mutation_output_leading_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counting every output in ``outputs_leading_to_transpose`` (ORT before 1.32) pushes where ORT 1.32 does not."""
+    monkeypatch.setattr(cost, "pushed_transpose_cancels", lambda ctx, value, perm: True)
+    with pytest.raises(AssertionError):
+        _check(_fixture("transpose/cost_two_consumers_no_cancel"), "basic", {})
+
+
+def _add_with_1d_constant(shared: bool) -> tuple[Graph, OptimizerCtx]:
+    """y = Add(x[2,2], c[2]) (and z = Neg(c) when ``shared``): ``TransposeInput`` on the Add's input 1."""
+    nodes = [onnx.helper.make_node("Add", ["x", "c"], ["y"], name="add")]
+    outputs = [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 2])]
+    if shared:
+        nodes.append(onnx.helper.make_node("Neg", ["c"], ["z"], name="neg"))
+        outputs.append(onnx.helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [2]))
+    g = onnx.helper.make_graph(
+        nodes,
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 2])],
+        outputs,
+        [onnx.numpy_helper.from_array(np.array([1.0, 2.0], dtype=np.float32), "c")],
+    )
+    graph = load_model(onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 13)])).graph
+    ctx = make_ctx(graph, "")
+    assert ctx is not None
+    return graph, ctx
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_transpose_input_permutes_1d_constant(shared: bool) -> None:
+    """A 1-D constant as long as the perm gets a permuted copy (``Permute1DConstant``), not a Transpose."""
+    graph, ctx = _add_with_1d_constant(shared)
+    add = next(n for n in graph.nodes() if n.op_type == "Add")
+    ctx.transpose_input(add, 1, [1, 0], [1, 0])
+    assert add.inputs[1] == "const_transpose_optimizer"
+    assert graph.array("const_transpose_optimizer").tolist() == [2.0, 1.0]
+    assert graph.is_initializer("c") == shared
+    assert not any(n.op_type == "Transpose" for n in graph.nodes())
