@@ -15,7 +15,7 @@ import onnx
 from qdqopt.graph import Node
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.transpose_optimization.context import CPU, MS
-from qdqopt.passes.transpose_optimization.handlers import HANDLERS, HandlerInfo, not_implemented
+from qdqopt.passes.transpose_optimization.handlers import HANDLERS, HandlerInfo
 from qdqopt.passes.transpose_optimization.handlers.axis import handle_simple_with_axis, handle_soft_hard_max
 from qdqopt.passes.transpose_optimization.handlers.base import (
     HandlerArgs,
@@ -26,6 +26,7 @@ from qdqopt.passes.transpose_optimization.handlers.base import (
 from qdqopt.passes.transpose_optimization.handlers.elementwise import handle_simple, handle_simple_broadcast
 from qdqopt.passes.transpose_optimization.handlers.qdq import transpose_quantize_dequantize_axis
 from qdqopt.passes.transpose_optimization.handlers.reduce import handle_reduce_ops
+from qdqopt.passes.transpose_optimization.handlers.resize import handle_resize
 from qdqopt.passes.transpose_optimization.layout import swap_node_op_type_domain_and_since_version
 from qdqopt.passes.transpose_optimization.perms import channel_last_to_first_perm
 
@@ -94,7 +95,7 @@ def handle_ep_aware_resize(args: HandlerArgs) -> bool:
         return args.ctx.refuse(args.node, "not on the CPU EP")
     if len(args.perm) != 4 or args.perm not in ([0, 2, 3, 1], [0, 3, 1, 2]):
         return args.ctx.refuse(args.node, "only rank-4 NCHW <-> NHWC Transposes are pushed through Resize")
-    return not_implemented(args)  # HandleResize: not written yet
+    return handle_resize(args)
 
 
 _FIRST_SIMPLE = HandlerInfo(first_input, handle_simple)
