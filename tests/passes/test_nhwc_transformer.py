@@ -16,7 +16,7 @@ from fixtures.handbuilt import nhwc as nhwc_fixtures
 from qdqopt.compare import compare_level
 from qdqopt.passes import nhwc_transformer
 from qdqopt.passes.nhwc_transformer import NhwcTransformer
-from qdqopt.passes.transpose_optimization import layout, ort
+from qdqopt.passes.transpose_optimization import layout, ort, perms
 from tests.conftest import fixture_model, patched
 
 CONFIGS = {"default": {}, "int8": {"session.qdqisint8allowed": "1"}}
@@ -39,6 +39,12 @@ def test_fixture_as_ort_runs(name: str, level: str, config: str) -> None:
     assert comp.report.holds("P"), "\n".join(comp.report.lines())
 
 
+def _ours(comp: object) -> onnx.ModelProto:
+    model = comp.ours  # type: ignore[attr-defined]
+    assert isinstance(model, onnx.ModelProto)
+    return model
+
+
 def _ops(model: onnx.ModelProto) -> list[str]:
     return [f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in model.graph.node]
 
@@ -50,11 +56,11 @@ def test_fires_where_ort_fires() -> None:
         comp = compare_level(fixture_model(name), "layout")
         if _ort_fired(comp, NhwcTransformer.name):
             fired += 1
-            ops = _ops(comp.ours)
+            ops = _ops(_ours(comp))
             assert "com.microsoft.QLinearConv" in ops, name
             assert all(
                 n.attribute and any(a.name == "channels_last" and a.i == 1 for a in n.attribute)
-                for n in comp.ours.graph.node
+                for n in _ours(comp).graph.node
                 if n.op_type == "QLinearConv"
             ), name
     assert fired >= len(NAMES) - 3
@@ -62,7 +68,7 @@ def test_fires_where_ort_fires() -> None:
 
 def test_maxpool_becomes_nhwc_maxpool() -> None:
     comp = compare_level(fixture_model("nhwc/maxpool_storage_order"), "layout")
-    pools = [n for n in comp.ours.graph.node if n.op_type == "NhwcMaxPool"]
+    pools = [n for n in _ours(comp).graph.node if n.op_type == "NhwcMaxPool"]
     assert len(pools) == 1 and pools[0].domain == "com.microsoft"
     assert not any(a.name == "storage_order" for a in pools[0].attribute)
 
@@ -71,7 +77,7 @@ def test_skips_unknown_rank_and_channels_last() -> None:
     for name in ("nhwc/unknown_rank", "nhwc/qlinearconv_ms_nhwc"):
         comp = compare_level(fixture_model(name), "layout")
         assert not _ort_fired(comp, NhwcTransformer.name)
-        assert not any(n.op_type == "Transpose" for n in comp.ours.graph.node)
+        assert not any(n.op_type == "Transpose" for n in _ours(comp).graph.node)
 
 
 # ------------------------------------------------------------------------------------------------------ mutations
@@ -92,7 +98,7 @@ def test_mutation_maxpool_refused() -> None:
 
 
 def test_mutation_output_perm_inverted() -> None:
-    with patched(nhwc_transformer, "channel_last_to_first_perm", nhwc_transformer.channel_first_to_last_perm):
+    with patched(nhwc_transformer, "channel_last_to_first_perm", perms.channel_first_to_last_perm):
         assert _fails("nhwc/conv_u8")
 
 
