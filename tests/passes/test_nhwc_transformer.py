@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import onnx
 import pytest
 
@@ -136,3 +138,76 @@ def test_explain_layout_agrees_with_ort(name: str) -> None:
     )
     before = sum(1 for r in reports if r.op.endswith("QLinearConv") and "already channels_last" in r.detail)
     assert ours + before == theirs
+
+
+# ------------------------------------------------------------------------ arm64-only table entries, by structure
+def _fp16_graph(op: str, **attrs: Any) -> Any:
+    import dataclasses
+
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from qdqopt.config import SessionConfig
+    from qdqopt.graph import load_model
+    from qdqopt.passes.base import PassContext
+    from qdqopt.target import Target
+
+    inits = []
+    inputs = ["x"]
+    if op in ("Conv", "FusedConv"):
+        inits.append(numpy_helper.from_array(np.ones((4, 4 // int(attrs.get("group", 1)), 3, 3), np.float16), "w"))
+        inputs.append("w")
+    if op == "FusedConv":
+        inits.append(numpy_helper.from_array(np.ones(4, np.float16), "b"))
+        inputs += ["b", "z"]  # the Sum input Z (input 3)
+    domain = "com.microsoft" if op == "FusedConv" else ""
+    kw: dict[str, Any] = {"kernel_shape": [3, 3]} if op in ("MaxPool", "AveragePool") else {}
+    node = helper.make_node(op, inputs, ["y"], name="n", domain=domain, pads=[1, 1, 1, 1], **kw, **attrs)
+    if op == "GlobalAveragePool":
+        node = helper.make_node(op, ["x"], ["y"], name="n")
+    names = ["x", "z"] if op == "FusedConv" else ["x"]
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(v, TensorProto.FLOAT16, [1, 4, 8, 8]) for v in names],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    model = load_model(m)
+    for n in model.graph.nodes():
+        n.ep = "CPUExecutionProvider"
+    target = dataclasses.replace(Target.detect(), fp16_nhwc_kernels=True)
+    ctx = PassContext(SessionConfig.from_mapping({}, warn=False), target, partitioned=True)
+    NhwcTransformer().apply(model.graph, ctx)
+    return model.graph
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "expected"),
+    [
+        ("Conv", {}, "com.microsoft.NhwcFusedConv"),
+        ("FusedConv", {"activation": "Relu"}, "com.microsoft.NhwcFusedConv"),
+        ("Conv", {"group": 2}, None),  # the fp16 filter: group 1 only
+        ("Conv", {"dilations": [2, 2]}, None),  # and dilations 1
+        ("MaxPool", {}, "com.ms.internal.nhwc.MaxPool"),
+        ("AveragePool", {}, "com.ms.internal.nhwc.AveragePool"),
+        ("GlobalAveragePool", {}, "com.ms.internal.nhwc.GlobalAveragePool"),
+    ],
+)
+def test_arm64_fp16_entries(op: str, attrs: dict[str, Any], expected: str | None) -> None:
+    """The fp16 table entries exist on arm64 builds only, so ORT on x86 cannot check them: their structure is
+    checked here (ORT's table in ``nhwc_transformer.cc``): a Transpose in front of input 0 (and the Sum input 3
+    of FusedConv), the swapped op, a Transpose behind, or nothing where the filter refuses."""
+    graph = _fp16_graph(op, **attrs)
+    ops = [n.qualified_op for n in graph.topological_order()]  # type: ignore[attr-defined]
+    if expected is None:
+        assert ops == [op]
+        return
+    assert expected in ops and ops.count("Transpose") == (3 if op == "FusedConv" else 2), ops
+    swapped = next(n for n in graph.nodes() if n.qualified_op == expected)  # type: ignore[attr-defined]
+    assert swapped.name.startswith("n_token_")
+    transposes = [n for n in graph.nodes() if n.op_type == "Transpose"]  # type: ignore[attr-defined]
+    perms = sorted(list(t.attr("perm")) for t in transposes)
+    assert [0, 2, 3, 1] in perms and [0, 3, 1, 2] in perms
