@@ -55,16 +55,15 @@ FIRING = [
     # BASIC with or without the transpose optimizers (ConstantFolding of its int4 chain)
     *(f"migraphx/test/onnx/int4_const_identity_block_sz_{n}_qdq_test.onnx" for n in (1, 2)),
     *(f"tract/{op}_{i}/model.onnx" for op in ("qrelu", "qsigmoid", "qtanh") for i in (1, 2)),
+    # NodeArg types kept dim by dim (symbolic ``batch``), declared values saved with the types the run left
+    f"{TESTDATA}/attention_past_state.u8s8.onnx",
+    f"{TESTDATA}/attention_past_state.u8u8.onnx",
+    f"{TESTDATA}/transpose_optimizer_cancel_squeeze_per_axis_dq.onnx",
+    f"{TESTDATA}/transpose_optimizer_empty_dq_q_at_graph_output.onnx",
+    f"{TESTDATA}/transpose_optimizer_in_place_transpose_unsqueeze_per_axis_dq.onnx",
 ]
 #: corpus models ORT's optimizer fires on that the gate refuses, with the start of its reason
-REFUSED = {
-    # Shape and Reshape are handled now; the pushes would copy NodeArg shapes with symbolic dims (``batch``)
-    f"{TESTDATA}/attention_past_state.u8s8.onnx": "it would copy a shape with symbolic dims",
-    f"{TESTDATA}/attention_past_state.u8u8.onnx": "it would copy a shape with symbolic dims",
-    f"{TESTDATA}/transpose_optimizer_cancel_squeeze_per_axis_dq.onnx": "it would change the shape",
-    f"{TESTDATA}/transpose_optimizer_empty_dq_q_at_graph_output.onnx": "it would change the shape",
-    f"{TESTDATA}/transpose_optimizer_in_place_transpose_unsqueeze_per_axis_dq.onnx": "it would change the shape",
-}
+REFUSED: dict[str, str] = {}
 NAMES = (TransposeOptimizer.name, TransposeOptimizerCPU.name)
 OWN_REFUSED: dict[str, str] = {}
 #: run by test_resize_fixture, with ORT's EPAwareHandleResize patched in
@@ -113,6 +112,8 @@ OWN = [c.name for c in transpose_fixtures.CASES if c.name not in OWN_REFUSED and
 @pytest.mark.parametrize("level", ["basic", "extended"])
 @pytest.mark.parametrize("name", OWN)
 def test_fixture(name: str, level: str, config: dict[str, str]) -> None:
+    if level in next(c for c in transpose_fixtures.CASES if c.name == name).ort_crashes:
+        pytest.skip(f"ORT 1.32 crashes at {level} on this model")
     _check(_fixture(name), level, config)
 
 

@@ -142,6 +142,11 @@ class Graph:
         # NodeArg types, as Resolve infers them (filled by qdqopt.partition.infer_types and the passes that type
         # the values they create)
         self._types: dict[str, onnx.TypeProto] = {}
+        # NodeArg types a pass set outright (ORT's NodeArg::SetShape / SetType): what the saver writes for the value,
+        # refined only by what the Resolves after that pass infer (see :meth:`pin_value_type`)
+        self._pinned: dict[str, onnx.TypeProto] = {}
+        # the types values had when a pass removed or replaced their producer (see :meth:`keep_value_type`)
+        self._kept: dict[str, onnx.TypeProto] = {}
         #: how many times ``resolve`` ran on this graph (a pass that changed the model is followed by one)
         self.resolves = 0
         # value -> ``resolves`` when a pass last gave the value a producer (what decides how ORT's lenient
@@ -179,6 +184,8 @@ class Graph:
         new._generated_nodes = set(self._generated_nodes)
         new.original_nodes = list(self.original_nodes)
         new._types = dict(self._types)
+        new._pinned = dict(self._pinned)
+        new._kept = dict(self._kept)
         new._produced_at = dict(self._produced_at)
         new._nodes = {}
         for index, node in self._nodes.items():
@@ -416,6 +423,35 @@ class Graph:
         copied = onnx.TypeProto()
         copied.CopyFrom(type_proto)
         self._types[name] = copied
+
+    def pin_value_type(self, name: str, type_proto: onnx.TypeProto) -> None:
+        """Set the type of the value's NodeArg outright, as a pass editing NodeArgs does (``NodeArg::SetShape``,
+        ``Graph::SetNodeArgType``).
+
+        The saver then starts from this type instead of the one inferred at load: a declared value (value_info, a
+        graph output) is written with it, refined only where a later Resolve's inference fills a dim it leaves
+        unknown, and a value no node produces any more keeps it as it is.
+        """
+        copied = onnx.TypeProto()
+        copied.CopyFrom(type_proto)
+        self._pinned[name] = copied
+
+    def keep_value_type(self, name: str, type_proto: onnx.TypeProto) -> None:
+        """Record the type the value's NodeArg had when a pass removed or replaced its producer.
+
+        ORT keeps the NodeArg, with the type the Resolves so far gave it (which can know more than the load-time
+        inference); a value no node produces any more is never inferred again. The saver writes this type for the
+        value if, when saving, no node produces it (it then stands for the type the value had when it died).
+        """
+        copied = onnx.TypeProto()
+        copied.CopyFrom(type_proto)
+        self._kept[name] = copied
+
+    def pinned_types(self) -> dict[str, onnx.TypeProto]:
+        """The types the saver must start from for this graph's values, by name: those passes pinned
+        (:meth:`pin_value_type`), and those kept (:meth:`keep_value_type`) for values no node produces now."""
+        kept = {n: t for n, t in self._kept.items() if n not in self._producer}
+        return {**kept, **self._pinned}
 
     # ------------------------------------------------------------------ initializers
     def initializer_names(self, *, verbatim: bool = False) -> list[str]:
@@ -739,6 +775,8 @@ _CLONED_FIELDS = {
     "modified",
     "original_nodes",
     "_types",
+    "_pinned",
+    "_kept",
     "resolves",
     "_produced_at",
 }

@@ -361,17 +361,23 @@ def save_model(model: Model) -> onnx.ModelProto:
         entry = out.metadata_props.add()
         entry.key, entry.value = key, value
     regenerate = any_modified(model.graph)
-    out.graph.CopyFrom(save_graph(model.graph, model.value_types, regenerate=regenerate))
+    # types a pass set on NodeArgs replace the load-time ones (and the declared types merged into those)
+    pinned = pinned_types(model.graph) if regenerate else {}
+    out.graph.CopyFrom(
+        save_graph(model.graph, {**model.value_types, **pinned}, regenerate=regenerate, exact=set(pinned))
+    )
     if regenerate:
         # ORT's Resolve re-infers every type after the rewrites: infer on the rewritten graph and save again.
         fresh = _infer_types(out)
         types = dict(fresh)
-        exact: set[str] = set()
+        exact: set[str] = set(pinned)
         g = model.graph
         declared = {v.name: v.type for v in (*g.outputs, *g.value_info) if v.HasField("type")}
-        for name, known in model.value_types.items():
+        for name, known in {**model.value_types, **pinned}.items():
             inferred = fresh.get(name)
-            existing = _merge_type(declared[name], known) if name in declared else known
+            # a pinned type is the NodeArg's type as a pass set it: the declared type no longer refines it
+            refines = name in declared and name not in pinned
+            existing = _merge_type(declared[name], known) if refines else known
             gen = g.production_generation(name)
             if gen is not None and existing is not None and inferred is not None and _conflict(existing, inferred):
                 # the Resolve after the pass that re-produced the value merged leniently; a later one refills
@@ -380,6 +386,29 @@ def save_model(model: Model) -> onnx.ModelProto:
             else:
                 types[name] = _fill_unknown(known, inferred)
         out.graph.CopyFrom(save_graph(model.graph, types, regenerate=True, exact=exact))
+    return out
+
+
+def infer_current_types(graph: Graph) -> dict[str, onnx.TypeProto]:
+    """The types ONNX shape inference gives the values of the model ``graph`` belongs to, as it stands now (as the
+    saver's re-inference after the rewrites; subgraph values included, by name)."""
+    root = graph
+    while root.parent is not None:
+        root = root.parent
+    proto = onnx.ModelProto(ir_version=root.ir_version)
+    for domain, version in sorted(root.opsets.items()):
+        proto.opset_import.append(onnx.helper.make_opsetid(domain, version))
+    proto.graph.CopyFrom(save_graph(root, {}, regenerate=True))
+    return _infer_types(proto)
+
+
+def pinned_types(graph: Graph) -> dict[str, onnx.TypeProto]:
+    """The NodeArg types passes pinned (:meth:`Graph.pin_value_type`) in ``graph`` and its subgraphs; an enclosing
+    graph's entry wins should a name repeat (as in :func:`_subgraph_types`)."""
+    out = graph.pinned_types()
+    for _, _, sub in graph.subgraphs():
+        for name, type_proto in pinned_types(sub).items():
+            out.setdefault(name, type_proto)
     return out
 
 
@@ -503,7 +532,7 @@ def save_graph(
             else:
                 gp.value_info.append(_outer_value_info(graph, name, types))
         for node in graph.topological_order():
-            gp.node.append(node_to_proto(node, types, regenerate=True))
+            gp.node.append(node_to_proto(node, types, regenerate=True, exact=exact))
     for name in graph.initializer_names(verbatim=not regen):
         tensor = graph.initializer(name)
         assert tensor is not None
@@ -627,14 +656,18 @@ def _without_negative_dims(type_proto: onnx.TypeProto) -> onnx.TypeProto:
 
 
 def _with_subgraphs(
-    node: Node, attrs: list[onnx.AttributeProto], types: dict[str, onnx.TypeProto], regenerate: bool
+    node: Node,
+    attrs: list[onnx.AttributeProto],
+    types: dict[str, onnx.TypeProto],
+    regenerate: bool,
+    exact: Collection[str] = (),
 ) -> list[onnx.AttributeProto]:
     out = []
     for attr in attrs:
         if attr.type == onnx.AttributeProto.GRAPH and attr.name in node.subgraphs:
             fresh = onnx.AttributeProto()
             fresh.CopyFrom(attr)
-            fresh.g.CopyFrom(save_graph(node.subgraphs[attr.name], types, regenerate=regenerate))
+            fresh.g.CopyFrom(save_graph(node.subgraphs[attr.name], types, regenerate=regenerate, exact=exact))
             out.append(fresh)
         else:
             out.append(attr)
@@ -654,7 +687,11 @@ def _original_node_proto(node: Node, types: dict[str, onnx.TypeProto]) -> onnx.N
 
 
 def node_to_proto(
-    node: Node, types: dict[str, onnx.TypeProto] | None = None, *, regenerate: bool = True
+    node: Node,
+    types: dict[str, onnx.TypeProto] | None = None,
+    *,
+    regenerate: bool = True,
+    exact: Collection[str] = (),
 ) -> onnx.NodeProto:
     """``Node::ToProto``: name, op, domain, doc string, attributes (with updated subgraphs), inputs, outputs."""
     proto = onnx.NodeProto()
@@ -665,7 +702,7 @@ def node_to_proto(
     if node.doc_string:
         proto.doc_string = node.doc_string
     ordered = [node.attributes[name] for name in node.attribute_order()]
-    proto.attribute.extend(_with_subgraphs(node, ordered, types or {}, regenerate))
+    proto.attribute.extend(_with_subgraphs(node, ordered, types or {}, regenerate, exact))
     proto.input.extend(node.inputs)
     proto.output.extend(node.outputs)
     return proto

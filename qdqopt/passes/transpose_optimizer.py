@@ -32,38 +32,36 @@ __all__ = ["TransposeOptimizer", "TransposeOptimizerCPU", "write_back_types"]
 
 
 def write_back_types(graph: Graph, ctx: OptimizerCtx) -> None:
-    """Set the NodeArg types the run changed on the graph (ORT edits its NodeArgs in place)."""
-    for name, (elem, shape) in ctx.types.items():
-        if not graph.has_value(name) or graph.is_initializer(name):
+    """Give the graph the NodeArg types the run left (ORT edits its NodeArgs in place).
+
+    The types it set go to the passes after it (:meth:`Graph.set_value_type`) and are pinned for the saver
+    (:meth:`Graph.pin_value_type`: a DQ looked past, an initializer transposed in place); a declared value whose
+    producer it removed or replaced keeps the type it had then, which the saver writes should no node produce the
+    value any more (:meth:`Graph.keep_value_type`).
+    """
+    for name, (elem, dims) in ctx.changed_types().items():
+        if not graph.has_value(name):
             continue
-        dims: list[int | str | None] | None = None if shape is None else [d if d >= 0 else None for d in shape]
-        graph.set_value_type(name, onnx.helper.make_tensor_type_proto(elem or 0, dims))
+        type_proto = onnx.helper.make_tensor_type_proto(elem or 0, dims)
+        if not graph.is_initializer(name):
+            graph.set_value_type(name, type_proto)
+        graph.pin_value_type(name, type_proto)
+    for name, (elem, dims) in ctx.replaced_types().items():
+        graph.keep_value_type(name, onnx.helper.make_tensor_type_proto(elem or 0, dims))
 
 
-def check_run(graph: Graph, run: Callable[[Graph], OptimizerCtx | None]) -> str | None:
-    """Run ``run`` on a copy of ``graph``; why qdqopt cannot reproduce it exactly (None: it can)."""
-    if any(True for _ in graph.subgraphs()):
-        return "the model has subgraphs (the transpose optimizer recursing into them is not implemented)"
-    probe = make_ctx(graph, "")
-    if probe is None:
-        return None
-    declared = [v.name for v in (*graph.value_info, *graph.outputs) if graph.has_value(v.name)]
-    shapes = {name: probe.shape(name) for name in declared}
+def check_run(graph: Graph, run: Callable[[Graph], OptimizerCtx | None], *, recursive: bool = False) -> str | None:
+    """Run ``run`` on a copy of ``graph``; why qdqopt cannot reproduce it exactly (None: it can).
+
+    ``recursive``: ``run`` covers the subgraphs too; otherwise a model with subgraphs is refused.
+    """
+    if not recursive and any(True for _ in graph.subgraphs()):
+        return "the model has subgraphs (recursing into them is not implemented)"
     trial = clone_with_types(graph)
     try:
-        ctx = run(trial)
+        run(trial)
     except NotImplementedHandler as exc:
         return str(exc)
-    if ctx is None:
-        return None
-    for name in ctx.types:
-        if name in ctx.symbolic and trial.has_value(name):
-            # ORT copies and permutes NodeArg shapes dim by dim, symbolic names included; qdqopt keeps ints
-            return f"it would copy a shape with symbolic dims to {name!r} (not reproduced)"
-    for name in declared:
-        if name in ctx.types and trial.has_value(name) and ctx.types[name][1] != shapes[name]:
-            # ORT sets the NodeArg's shape; qdqopt's saver keeps the type a value had at load
-            return f"it would change the shape of the declared value {name!r} (the core cannot save that)"
     return None
 
 
@@ -72,23 +70,31 @@ class _TransposeOptimizerBase(GraphTransformer):
     provider = ""
 
     def _optimize(self, graph: Graph) -> tuple[OptimizerCtx | None, bool]:
+        """``Optimize`` on one graph (no subgraphs), the types it set written back."""
         ctx = make_ctx(graph, self.provider)
         if ctx is None:
             return None, False
-        return ctx, optimize(ctx)
+        changed = optimize(ctx)
+        write_back_types(graph, ctx)
+        return ctx, changed
 
-    def _run(self, graph: Graph) -> bool:
+    def _run(self, graph: Graph) -> tuple[OptimizerCtx | None, bool]:
+        """``ApplyImpl``: ``Optimize`` on ``graph``, then on every subgraph, nodes in topological order (each graph
+        with its own context and its own ``_token_N`` counter, as ORT's per-graph name generators)."""
         ctx, changed = self._optimize(graph)
-        if ctx is not None:
-            write_back_types(graph, ctx)
-        return changed
+        for node in graph.topological_order():
+            for sub in node.subgraphs.values():
+                if self._run(sub)[1]:
+                    sub.modified = True
+                    changed = True
+        return ctx, changed
 
     def unsupported(self, graph: Graph, ctx: PassContext) -> str | None:
         """Why qdqopt cannot reproduce this pass exactly on ``graph`` (None: it can)."""
-        return check_run(graph, lambda trial: self._optimize(trial)[0])
+        return check_run(graph, lambda trial: self._run(trial)[0], recursive=True)
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self._run(graph)  # apply() has checked unsupported() first
+        return self._run(graph)[1]  # apply() has checked unsupported() first
 
 
 class TransposeOptimizer(_TransposeOptimizerBase):

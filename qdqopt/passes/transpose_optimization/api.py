@@ -2,8 +2,9 @@
 
 Every name ORT gives what the optimizer creates is made here: nodes ``GenerateNodeName(op_type)``, their outputs
 ``GenerateNodeArgName(<node name>_out0)``, initializers ``const_transpose_optimizer[_token_N]``, and the
-``MoveOutput`` rename ``GenerateNodeArgName(<node name>)``. NodeArg shapes the optimizer sets are kept in
-:attr:`ApiGraph.types` and written back to the graph at the end of the run.
+``MoveOutput`` rename ``GenerateNodeArgName(<node name>)``. NodeArg types the optimizer sets are kept in
+:attr:`ApiGraph.types`, dim by dim as ORT keeps them, and written back to the graph at the end of the run
+(:meth:`ApiGraph.changed_types`, :meth:`ApiGraph.replaced_types`).
 """
 
 from __future__ import annotations
@@ -14,12 +15,18 @@ import numpy as np
 import onnx
 
 from qdqopt.graph import Graph, Node
+from qdqopt.graph.model import infer_current_types
 from qdqopt.passes.graph_utils import value_elem_type, value_shape
 
-__all__ = ["DOC", "ApiGraph", "Quant", "Shape"]
+__all__ = ["DOC", "UNTYPED", "ApiGraph", "Dims", "NodeArgType", "Quant", "Shape"]
 
 DOC = "Added in transpose optimizer"
 Shape = list[int] | None
+#: a NodeArg's dims as ORT holds them: a value, a symbolic name, or None (unknown)
+Dims = list[int | str | None]
+#: a NodeArg's type: (element type, dims), None for what it lacks; ``UNTYPED`` for a NodeArg without a type
+NodeArgType = tuple[int | None, Dims | None]
+UNTYPED: NodeArgType = (None, None)
 
 
 @dataclass
@@ -30,27 +37,39 @@ class Quant:
 
 class ApiGraph:
     """ORT's ``api::GraphRef`` over a qdqopt :class:`~qdqopt.graph.Graph` (``ort_optimizer_api_impl.cc``): value
-    info, producers and consumers, constants, and the edits the optimizer makes, with ORT's names."""
+    info, producers and consumers, constants, and the edits the optimizer makes, with ORT's names.
+
+    NodeArg types are kept as ORT keeps them, dim by dim (:data:`Dims`): ``SetShape`` writes only dims > 0 (others
+    unknown) and does nothing to an untyped NodeArg; ``CopyValueInfo``, ``PermuteDims`` and ``UnsqueezeDims`` copy
+    dims as they are, symbolic names included; nodes and ``MoveOutput`` create untyped NodeArgs; ``Shape()`` reads
+    a symbolic or unknown dim as -1.
+    """
 
     def __init__(self, graph: Graph, opset: int, new_node_ep: str) -> None:
         self.graph = graph
         self.opset = opset
         self.new_node_ep = new_node_ep
-        # NodeArg types this run changed: value -> (elem type, shape or None)
-        self.types: dict[str, tuple[int | None, Shape]] = {}
-        # values in ``types`` whose shape ORT would hold with symbolic dims (copied or permuted from one that has them)
-        self.symbolic: set[str] = set()
+        #: NodeArg types this run set: value -> (elem type, dims); ``UNTYPED`` for a NodeArg it created untyped
+        self.types: dict[str, NodeArgType] = {}
+        # declared values (value_info, graph outputs) with a producer when the run first edited the graph:
+        # value -> (producer index, output slot, NodeArg type then)
+        self._before: dict[str, tuple[int, int, NodeArgType]] | None = None
 
-    # -------------------------------------------------------------- ApiGraph
-    def shape(self, name: str) -> Shape:
+    # -------------------------------------------------------------- value info
+    def value_type(self, name: str) -> NodeArgType:
+        """The NodeArg's type now: what the run set, else an initializer's tensor type, else the inferred one."""
         if not name:
-            return None
+            return UNTYPED
         tensor = self.graph.initializer(name)
         if tensor is not None and not any(i.name == name for i in self.graph.inputs):
-            return [int(d) for d in tensor.dims]
+            return int(tensor.data_type), [int(d) for d in tensor.dims]
         if name in self.types:
-            return self.types[name][1]
-        dims = value_shape(self.graph, name)
+            return self.types[name]
+        return value_elem_type(self.graph, name), value_shape(self.graph, name)
+
+    def shape(self, name: str) -> Shape:
+        """``GetValueInfo(name)->Shape()``: dims as ints, -1 for a symbolic or unknown dim."""
+        dims = self.value_type(name)[1]
         if dims is None:
             return None
         return [d if isinstance(d, int) and d >= 0 else -1 for d in dims]
@@ -60,55 +79,88 @@ class ApiGraph:
             return self.types[name][0]
         return value_elem_type(self.graph, name)
 
-    def has_symbolic_dims(self, name: str) -> bool:
-        if name in self.types:
-            return name in self.symbolic
-        dims = value_shape(self.graph, name) if name else None
-        return dims is not None and any(isinstance(d, str) for d in dims)
-
-    def set_shape(self, name: str, shape: Shape, *, symbolic: bool = False) -> None:
-        """``SetShape`` (drops symbolic dims; ``symbolic``: the dim-copying ``PermuteDims``/``UnsqueezeDims``)."""
-        self.types[name] = (self.dtype(name), None if shape is None else list(shape))
-        if symbolic:
-            self.symbolic.add(name)
-        else:
-            self.symbolic.discard(name)
+    def set_shape(self, name: str, shape: Shape) -> None:
+        """``SetShape``: dims > 0 are written, others left unknown (a symbolic name is lost); None clears the
+        shape. An untyped NodeArg is left as it is (``NodeArg::SetShape`` only edits a tensor type)."""
+        elem, dims = self.value_type(name)
+        if elem is None and dims is None:
+            return
+        self._edit()
+        self.types[name] = (elem, None if shape is None else [d if d > 0 else None for d in shape])
 
     def copy_value_info(self, src: str, dst: str) -> None:
-        elem = self.dtype(src)
-        shape = self.shape(src)
-        if elem is None and shape is None:
+        """``CopyValueInfo``: ``dst`` gets ``src``'s type as it is (nothing happens if ``src`` is untyped)."""
+        elem, dims = self.value_type(src)
+        if elem is None and dims is None:
             return
-        symbolic = self.has_symbolic_dims(src)
-        self.types[dst] = (elem, shape)
-        if symbolic:
-            self.symbolic.add(dst)
-        else:
-            self.symbolic.discard(dst)
+        self._edit()
+        self.types[dst] = (elem, None if dims is None else list(dims))
 
     def permute_dims(self, name: str, perm: list[int]) -> None:
-        shape = self.shape(name)
-        if shape is not None:
-            self.set_shape(name, [shape[p] for p in perm], symbolic=self.has_symbolic_dims(name))
+        """``PermuteDims``: the dims, symbolic names included, reordered (nothing without a shape)."""
+        elem, dims = self.value_type(name)
+        if dims is not None:
+            self._edit()
+            self.types[name] = (elem, [dims[p] for p in perm])
 
     def unsqueeze_dims(self, name: str, axes: list[int]) -> None:
-        shape = self.shape(name)
-        if shape is None:
+        """``UnsqueezeDims``: a dim of value 1 at each of ``axes``, the others copied in order."""
+        elem, dims = self.value_type(name)
+        if dims is None:
             return
-        out: list[int] = []
+        out: Dims = []
         j = 0
         i = 0
         while True:
             if i in axes:
                 out.append(1)
-            elif j < len(shape):
-                out.append(shape[j])
+            elif j < len(dims):
+                out.append(dims[j])
                 j += 1
             else:
                 break
             i += 1
-        self.set_shape(name, out, symbolic=self.has_symbolic_dims(name))
+        self._edit()
+        self.types[name] = (elem, out)
 
+    def _edit(self) -> None:
+        """Called before the run's first edit: remember the declared values' producers and types as they were.
+
+        Those types are what the Resolve before the run left on the NodeArgs: the types qdqopt inferred earlier,
+        with the dims they leave unknown filled by inference on the graph as it is now (ORT's Resolve refines a
+        NodeArg after each pass that changed the graph: e.g. a shape computed by nodes that ConstantFolding folded).
+        """
+        if self._before is not None:
+            return
+        self._before = {}
+        graph = self.graph
+        for name in sorted(graph.value_info_names | set(graph.graph_output_names())):
+            producer = graph.producer(name)
+            slot = graph.producer_slot(name)
+            if producer is not None and slot is not None:
+                self._before[name] = (producer.index, slot, self.value_type(name))
+        if any(_incomplete(found) for _, _, found in self._before.values()):
+            fresh = infer_current_types(graph)
+            for name, (index, slot, found) in self._before.items():
+                self._before[name] = (index, slot, _refined(found, fresh.get(name)))
+
+    def changed_types(self) -> dict[str, NodeArgType]:
+        """The NodeArg types the run set (not the untyped NodeArgs it created)."""
+        return {name: found for name, found in self.types.items() if found != UNTYPED}
+
+    def replaced_types(self) -> dict[str, NodeArgType]:
+        """The declared values whose producer the run removed or replaced (and whose type it did not set), with the
+        type they had when it started: ORT's NodeArg keeps that type, and a value no node produces any more is
+        never inferred again."""
+        out: dict[str, NodeArgType] = {}
+        for name, (index, slot, found) in (self._before or {}).items():
+            producer = self.graph.producer(name)
+            moved = producer is None or (producer.index, self.graph.producer_slot(name)) != (index, slot)
+            if moved and name not in self.types and found != UNTYPED:
+                out[name] = found
+        return out
+
+    # -------------------------------------------------------------- graph
     def producer(self, name: str) -> Node | None:
         return self.graph.producer(name) if name else None
 
@@ -143,28 +195,35 @@ class ApiGraph:
         return name
 
     def add_node(self, op_type: str, inputs: list[str], domain: str = "") -> Node:
+        self._edit()
         name = self.graph.generate_node_name(op_type)
         out = self.generate_value_name(name + "_out0")
+        self.types[out] = UNTYPED
         return self.graph.add_node(name, op_type, inputs, [out], domain=domain, doc_string=DOC, ep=self.new_node_ep)
 
     def set_attr(self, node: Node, name: str, value: int | list[int]) -> None:
+        self._edit()
         self.graph.set_attribute(node, onnx.helper.make_attribute(name, value))
 
     def set_input(self, node: Node, slot: int, value: str) -> None:
+        self._edit()
         self.graph.set_input(node, slot, value)
 
     def move_output(self, src: Node, src_slot: int, dst: Node, dst_slot: int) -> None:
+        """``MoveOutput``: ``dst`` takes the NodeArg (name and type); ``src`` gets a new, untyped one."""
+        self._edit()
         name = src.outputs[src_slot]
         new = self.generate_value_name(src.name)
         self.graph.set_output(src, src_slot, new)
         self.graph.set_output(dst, dst_slot, name)
-        self.types.pop(new, None)
-        self.symbolic.discard(new)
+        self.types[new] = UNTYPED
 
     def remove_node(self, node: Node) -> None:
+        self._edit()
         self.graph.remove_node(node)
 
     def add_initializer(self, dtype: int, shape: list[int], data: bytes) -> str:
+        self._edit()
         name = self.generate_value_name("const_transpose_optimizer")
         tensor = onnx.TensorProto(name=name, data_type=dtype, dims=shape, raw_data=data)
         self.graph.add_initializer(tensor)
@@ -174,10 +233,13 @@ class ApiGraph:
         return self.add_initializer(onnx.TensorProto.INT64, [len(values)], np.array(values, dtype=np.int64).tobytes())
 
     def _replace_initializer(self, name: str, array: np.ndarray, dtype: int) -> None:
+        """Remove and re-add the initializer; its NodeArg gets the new dims (``SetShape`` with every dim a value)."""
+        self._edit()
         self.graph.remove_initializer(name)
         tensor = onnx.TensorProto(name=name, data_type=dtype, dims=list(array.shape))
         tensor.raw_data = np.ascontiguousarray(array).tobytes()
         self.graph.add_initializer(tensor)
+        self.types[name] = (dtype, [int(d) for d in array.shape])
 
     def transpose_initializer(self, name: str, perm: list[int]) -> None:
         tensor = self.graph.initializer(name)
@@ -189,4 +251,25 @@ class ApiGraph:
         assert tensor is not None
         self._replace_initializer(name, self.graph.array(name).reshape(shape), tensor.data_type)
 
-    # -------------------------------------------------------------- helpers
+
+# ------------------------------------------------------------------ helpers
+def _incomplete(found: NodeArgType) -> bool:
+    elem, dims = found
+    return elem is not None and (dims is None or any(d is None for d in dims))
+
+
+def _refined(found: NodeArgType, inferred: onnx.TypeProto | None) -> NodeArgType:
+    """``found`` with what inference adds: its shape if ``found`` has none, else the dims ``found`` leaves unknown
+    (same rank only), as ORT's shape merge fills a NodeArg."""
+    elem, dims = found
+    if elem is None or inferred is None or not inferred.tensor_type.HasField("shape"):
+        return found
+    new: Dims = [
+        d.dim_value if d.HasField("dim_value") else (d.dim_param if d.HasField("dim_param") else None)
+        for d in inferred.tensor_type.shape.dim
+    ]
+    if dims is None:
+        return elem, new
+    if len(dims) != len(new):
+        return found
+    return elem, [d if d is not None else n for d, n in zip(dims, new, strict=True)]
