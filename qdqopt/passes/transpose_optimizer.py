@@ -12,8 +12,10 @@ For each node in a topological snapshot, the first input produced by a Transpose
 cost estimate decreases is pushed: the node's other inputs are transposed with the inverse perm (constant
 initializers in place, cancelling Transposes removed, new Transposes added) and its outputs get a Transpose with
 the perm. Then, if the graph has a DequantizeLinear, Transpose/Squeeze nodes on constants are folded and QDQ node
-units the pushes broke are repaired. :meth:`_TransposeOptimizerBase.unsupported` runs the pass on a copy and names
-the first thing it would need that qdqopt lacks.
+units the pushes broke are repaired. Every subgraph is then optimized the same way, after its parent. The NodeArg
+types the run sets are written back to the graph (for later passes and for the saver). The gate
+(:meth:`_TransposeOptimizerBase.unsupported`) runs the pass on a copy and names the first handler it would need that
+qdqopt lacks.
 """
 
 from __future__ import annotations
