@@ -93,11 +93,18 @@ def default_cost_check(ctx: OptimizerCtx, node: Node, perm: list[int], info: Han
     return cost < 0
 
 
-def pushed_transpose_cancels(ctx: OptimizerCtx, value: str, cancel_perm: list[int]) -> bool:
+def pushed_transpose_cancels(
+    ctx: OptimizerCtx, value: str, cancel_perm: list[int], seen: set[str] | None = None
+) -> bool:
     """Whether a Transpose put on ``value`` would meet one that cancels it (ORT 1.32, found by probing): the
     value's consumers are all known (no graph output) and one of them is a Transpose with ``cancel_perm``, or a node
     whose handler transposes its outputs and reads ``value`` at a transposible input, with an output for which this
-    holds. Other branches (no Transpose, another perm) do not matter; a Transpose consumer is not looked through."""
+    holds. Other branches (no Transpose, another perm) do not matter; a Transpose consumer is not looked through.
+    ``seen``: values already answered in this walk (each is looked at once)."""
+    seen = set() if seen is None else seen
+    if value in seen:
+        return False
+    seen.add(value)
     consumers, comprehensive = ctx.consumers(value)
     if not comprehensive:
         return False
@@ -111,6 +118,6 @@ def pushed_transpose_cancels(ctx: OptimizerCtx, value: str, cancel_perm: list[in
             continue
         if not any(consumer.inputs[j] == value for j in info.transposible_inputs(ctx, consumer)):
             continue
-        if any(out and pushed_transpose_cancels(ctx, out, cancel_perm) for out in consumer.outputs):
+        if any(out and pushed_transpose_cancels(ctx, out, cancel_perm, seen) for out in consumer.outputs):
             return True
     return False
