@@ -5,6 +5,9 @@ axes), Shape (``HandleShape``), Squeeze/Unsqueeze (``HandleSqueeze``/``HandleUns
 
     x ─> Transpose(p) ─> Transpose(p⁻¹) ─> y        becomes     x ─> y
     x ─> Transpose(p) ─> Shape ─> s                 becomes     x ─> Shape ─> Gather(p) ─> s
+    x ─> Transpose(p) ─> Squeeze(A) ─> y            becomes     x ─> Squeeze(sorted(p[A])) ─> Transpose(p') ─> y
+    x[1,2,3,6] ─> Transpose(0,3,1,2) ─> Reshape([1,2,3,2,3]) ─> y
+        becomes    x ─> Reshape([1,2,3,2,3]) ─> Transpose(0,3,4,1,2) ─> y      (the 6 split into 2, 3)
 """
 
 from __future__ import annotations
