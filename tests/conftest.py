@@ -13,7 +13,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from fixtures import REALARCH, all_fixtures
+from fixtures import MODELS_DIR, REALARCH, all_fixtures
 from qdqopt.errors import ReferenceError
 from qdqopt.reference import check_accepted
 
@@ -62,24 +62,46 @@ def fixture_names() -> list[str]:
 
 
 # The real-architecture fixtures (fixtures.REALARCH) have hundreds of nodes: the per-fixture sweeps (every test
-# parametrized by a fixture ``name``) run them all only with QDQOPT_FULL=1, and otherwise a seeded sample of them;
-# the others are collected, marked slow and skipped with the reason below (see pytest_collection_modifyitems).
+# parametrized by a fixture ``name``, or by the ``path`` of its file in fixtures/models) run them all only with
+# QDQOPT_FULL=1, and otherwise a seeded sample of them; the others are collected, marked slow and skipped with the
+# reason below (see pytest_collection_modifyitems).
 FULL = os.environ.get("QDQOPT_FULL") == "1"
-REALARCH_SAMPLE_SIZE = 2
 
 
 @functools.cache
 def realarch_sample() -> frozenset[str]:
-    """The real-architecture fixtures the sweeps run without QDQOPT_FULL=1 (fixed: seeded, from the sorted names)."""
-    names = sorted(REALARCH)
-    return frozenset(names if FULL else random.Random(9).sample(names, min(REALARCH_SAMPLE_SIZE, len(names))))
+    """The real-architecture fixtures the sweeps run without QDQOPT_FULL=1: one PT2E fixture and one of each
+    quantize_static setup (u8u8, u8s8, s8s8), drawn with a fixed seed from the sorted names."""
+    if FULL:
+        return frozenset(REALARCH)
+    groups: dict[str, list[str]] = {}
+    for name in sorted(REALARCH):
+        groups.setdefault("pt2e" if name.endswith("_pt2e") else name.split("_")[2], []).append(name)
+    rng = random.Random(9)
+    return frozenset(rng.choice(names) for _, names in sorted(groups.items()))
+
+
+#: sweep items over the sample where qdqopt differs from ORT 1.32 today (found by these fixtures; see the
+#: issue 9 measurements): expected to fail, not strictly, so that a fix shows up as XPASS
+_NHWC_INT8 = "NhwcTransformer: int8 QLinearConvs ORT moves to NHWC stay NCHW in qdqopt (default config)"
+REALARCH_KNOWN_DIFFERENT = {
+    f"test_whole_levels.py::test_fixtures[{name}-{level}-default]": _NHWC_INT8
+    for name in ("squeezenet_ortquant_s8s8_dynamo", "unetfpn_pt2e")
+    for level in ("layout", "all")
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     sample = realarch_sample()
     for item in items:
+        known = REALARCH_KNOWN_DIFFERENT.get(f"{item.path.name}::{item.name}")
+        if known is not None:
+            item.add_marker(pytest.mark.xfail(strict=False, reason=f"known difference: {known}"))
         callspec = getattr(item, "callspec", None)
-        name = callspec.params.get("name") if callspec is not None else None
+        params = callspec.params if callspec is not None else {}
+        name, path = params.get("name"), params.get("path")
+        if isinstance(path, Path) and path.parent == MODELS_DIR:
+            name = path.stem
         if isinstance(name, str) and name in REALARCH and name not in sample:
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.skip(reason="real-architecture fixture outside the CI sample (QDQOPT_FULL=1)"))
