@@ -112,8 +112,6 @@ OWN = [c.name for c in transpose_fixtures.CASES if c.name not in OWN_REFUSED and
 @pytest.mark.parametrize("level", ["basic", "extended"])
 @pytest.mark.parametrize("name", OWN)
 def test_fixture(name: str, level: str, config: dict[str, str]) -> None:
-    if level in next(c for c in transpose_fixtures.CASES if c.name == name).ort_crashes:
-        pytest.skip(f"ORT 1.32 crashes at {level} on this model")
     _check(_fixture(name), level, config)
 
 
