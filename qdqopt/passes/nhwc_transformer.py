@@ -30,7 +30,7 @@ from qdqopt.graph import Graph, Node
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import clone_with_types
-from qdqopt.passes.transpose_optimization import NotImplementedHandler, OptimizerCtx, optimize
+from qdqopt.passes.transpose_optimization import OptimizerCtx, optimize
 from qdqopt.passes.transpose_optimization.context import CPU, MS, PushEvent
 from qdqopt.passes.transpose_optimization.core import MAX_OPSET, MIN_OPSET
 from qdqopt.passes.transpose_optimization.layout import (
@@ -38,7 +38,7 @@ from qdqopt.passes.transpose_optimization.layout import (
     wrap_transposes_around_node,
 )
 from qdqopt.passes.transpose_optimization.perms import channel_first_to_last_perm, channel_last_to_first_perm
-from qdqopt.passes.transpose_optimizer import check_run, write_back_types
+from qdqopt.passes.transpose_optimizer import write_back_types
 from qdqopt.target import Target
 
 __all__ = ["NhwcTransformer", "OpTransformInfo", "conversion_table"]
@@ -77,8 +77,9 @@ def _fp16_conv_filter(ctx: OptimizerCtx, node: Node) -> bool:
 
 
 def _kleidiai_filter(ctx: OptimizerCtx, node: Node) -> bool:
-    """``FloatNhwcWrapperFilter`` needs MLAS's SME kernel check, which only an arm64 build with SME can answer:
-    qdqopt does not model it, so a target claiming SME is refused by :meth:`NhwcTransformer.unsupported`."""
+    """``FloatNhwcWrapperFilter`` ends in MLAS's SME kernel check (``MlasConvSupportsSymmetricChannelsLast2DFloat
+    Kernel``), which only an arm64 build with SME can answer: qdqopt does not model it and keeps such Convs NCHW
+    (the table entry exists, so ``explain`` names this filter)."""
     return False
 
 
@@ -204,16 +205,8 @@ class NhwcTransformer(GraphTransformer):
         """What the pass would do to ``graph`` (run on a copy): each candidate converted or skipped and why, then
         every push the transpose optimizer considered."""
         events: list[PushEvent] = []
-        try:
-            self._convert(clone_with_types(graph), target, events)
-        except NotImplementedHandler as exc:
-            events.append(PushEvent(-1, "", "", "unsupported", str(exc)))
+        self._convert(clone_with_types(graph), target, events)
         return events
-
-    def unsupported(self, graph: Graph, ctx: PassContext) -> str | None:
-        if ctx.target.kleidiai_sme:
-            return "KleidiAI's SME float convolution filter (arm64 with SME) is not modelled"
-        return check_run(graph, lambda trial: self._convert(trial, ctx.target)[0])
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         for node in graph.topological_order():

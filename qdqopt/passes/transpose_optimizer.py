@@ -13,21 +13,17 @@ cost estimate decreases is pushed: the node's other inputs are transposed with t
 initializers in place, cancelling Transposes removed, new Transposes added) and its outputs get a Transpose with
 the perm. Then, if the graph has a DequantizeLinear, Transpose/Squeeze nodes on constants are folded and QDQ node
 units the pushes broke are repaired. Every subgraph is then optimized the same way, after its parent. The NodeArg
-types the run sets are written back to the graph (for later passes and for the saver). The gate
-(:meth:`_TransposeOptimizerBase.unsupported`) runs the pass on a copy and names the first handler it would need that
-qdqopt lacks.
+types the run sets are written back to the graph (for later passes and for the saver). Every handler ORT 1.32
+registers is implemented, so the pass covers every model (it declines none).
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import onnx
 
 from qdqopt.graph import Graph
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import clone_with_types
-from qdqopt.passes.transpose_optimization import NotImplementedHandler, OptimizerCtx, make_ctx, optimize
+from qdqopt.passes.transpose_optimization import OptimizerCtx, make_ctx, optimize
 from qdqopt.passes.transpose_optimization.context import CPU
 
 __all__ = ["TransposeOptimizer", "TransposeOptimizerCPU", "write_back_types"]
@@ -50,21 +46,6 @@ def write_back_types(graph: Graph, ctx: OptimizerCtx) -> None:
         graph.pin_value_type(name, type_proto)
     for name, (elem, dims) in ctx.replaced_types().items():
         graph.keep_value_type(name, onnx.helper.make_tensor_type_proto(elem or 0, dims))
-
-
-def check_run(graph: Graph, run: Callable[[Graph], OptimizerCtx | None], *, recursive: bool = False) -> str | None:
-    """Run ``run`` on a copy of ``graph``; why qdqopt cannot reproduce it exactly (None: it can).
-
-    ``recursive``: ``run`` covers the subgraphs too; otherwise a model with subgraphs is refused.
-    """
-    if not recursive and any(True for _ in graph.subgraphs()):
-        return "the model has subgraphs (recursing into them is not implemented)"
-    trial = clone_with_types(graph)
-    try:
-        run(trial)
-    except NotImplementedHandler as exc:
-        return str(exc)
-    return None
 
 
 # ---------------------------------------------------------------------------------------------------- passes
@@ -91,12 +72,8 @@ class _TransposeOptimizerBase(GraphTransformer):
                     changed = True
         return ctx, changed
 
-    def unsupported(self, graph: Graph, ctx: PassContext) -> str | None:
-        """Why qdqopt cannot reproduce this pass exactly on ``graph`` (None: it can)."""
-        return check_run(graph, lambda trial: self._run(trial)[0], recursive=True)
-
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self._run(graph)[1]  # apply() has checked unsupported() first
+        return self._run(graph)[1]
 
 
 class TransposeOptimizer(_TransposeOptimizerBase):

@@ -20,7 +20,7 @@ from qdqopt.passes import TRANSFORMERS
 from qdqopt.passes import transpose_optimizer as pass_module
 from qdqopt.passes.transpose_optimization import OptimizerCtx, make_ctx, optimize
 from qdqopt.passes.transpose_optimization.api import UNTYPED
-from qdqopt.passes.transpose_optimizer import TransposeOptimizer, TransposeOptimizerCPU, check_run
+from qdqopt.passes.transpose_optimizer import TransposeOptimizer, TransposeOptimizerCPU
 
 NAMES = (TransposeOptimizer.name, TransposeOptimizerCPU.name)
 
@@ -111,23 +111,6 @@ def test_killed_declared_values_keep_their_types() -> None:
     assert ctx.graph.producer("t0") is None and ctx.graph.producer("r") is None
     pass_module.write_back_types(ctx.graph, ctx)
     assert sorted(ctx.graph.pinned_types()) == ["r", "relu", "t0"]  # relu: the type the run set (not saved)
-
-
-# ------------------------------------------------------------------------------------------------ the gate
-@pytest.mark.parametrize(
-    "name", ["nodearg_killed_symbolic", "nodearg_dq_declared_static", "subgraph_if_cancel", "subgraph_loop_outer_scope"]
-)
-def test_gate_admits(name: str) -> None:
-    graph = load_model(_fixture(name)).graph
-    assert TransposeOptimizer()._run(graph.clone())[1]  # the pass fires
-    assert check_run(graph, lambda trial: TransposeOptimizer()._run(trial)[0], recursive=True) is None
-
-
-def test_gate_without_recursion_still_refuses_subgraphs() -> None:
-    """A caller whose run does not cover subgraphs (NhwcTransformer) keeps the refusal."""
-    graph = load_model(_fixture("subgraph_if_cancel")).graph
-    reason = check_run(graph, lambda trial: None)
-    assert reason is not None and reason.startswith("the model has subgraphs")
 
 
 # ------------------------------------------------------------------------------------------------ saved models

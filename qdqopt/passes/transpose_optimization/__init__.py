@@ -22,7 +22,7 @@ See ``docs/notes/transpose_optimizer.md`` for what was read in ORT and checked l
 
 from __future__ import annotations
 
-from qdqopt.passes.transpose_optimization.context import NotImplementedHandler, OptimizerCtx
+from qdqopt.passes.transpose_optimization.context import OptimizerCtx
 from qdqopt.passes.transpose_optimization.core import make_ctx, optimize
 
-__all__ = ["NotImplementedHandler", "OptimizerCtx", "make_ctx", "optimize"]
+__all__ = ["OptimizerCtx", "make_ctx", "optimize"]

@@ -201,6 +201,29 @@ class ApiGraph:
         self.types[out] = UNTYPED
         return self.graph.add_node(name, op_type, inputs, [out], domain=domain, doc_string=DOC, ep=self.new_node_ep)
 
+    def copy_node(self, source: Node, op_type: str, domain: str, name_base: str) -> Node:
+        """``CopyNode``: a node named ``GenerateNodeName(name_base)`` with the source's inputs, as many new untyped
+        outputs (``<name>_out<i>``), the source's EP, and its attributes added in the source map's order."""
+        self._edit()
+        name = self.graph.generate_node_name(name_base)
+        outputs = [self.generate_value_name(f"{name}_out{i}") for i in range(len(source.outputs))]
+        for out in outputs:
+            self.types[out] = UNTYPED
+        attributes: dict[str, onnx.AttributeProto] = {}
+        for key in source.attribute_order():
+            attributes[key] = onnx.AttributeProto()
+            attributes[key].CopyFrom(source.attributes[key])
+        return self.graph.add_node(
+            name,
+            op_type,
+            list(source.inputs),
+            outputs,
+            domain=domain,
+            attributes=attributes,
+            doc_string=DOC,
+            ep=source.ep,
+        )
+
     def set_attr(self, node: Node, name: str, value: int | list[int]) -> None:
         self._edit()
         self.graph.set_attribute(node, onnx.helper.make_attribute(name, value))

@@ -25,7 +25,7 @@ from qdqopt.passes.transpose_optimization.perms import (
     valid_perm,
 )
 
-__all__ = ["CPU", "MS", "NotImplementedHandler", "OptimizerCtx", "PushEvent"]
+__all__ = ["CPU", "MS", "OptimizerCtx", "PushEvent"]
 
 CPU = "CPUExecutionProvider"
 MS = "com.microsoft"
@@ -40,10 +40,6 @@ class PushEvent:
     op: str
     outcome: str
     reason: str = ""
-
-
-class NotImplementedHandler(Exception):
-    """Raised when a run needs something qdqopt does not implement (the pass then declines the model)."""
 
 
 class OptimizerCtx(ApiGraph):

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import onnx
-
 from qdqopt.graph import Node
 from qdqopt.passes.transpose_optimization.perms import invert_perm
 
 if TYPE_CHECKING:
     from qdqopt.passes.transpose_optimization.context import OptimizerCtx
 
-__all__ = ["copy_node", "copy_node_name", "swap_node_op_type_domain_and_since_version", "wrap_transposes_around_node"]
+__all__ = ["copy_node_name", "swap_node_op_type_domain_and_since_version", "wrap_transposes_around_node"]
 
 
 def wrap_transposes_around_node(
@@ -44,31 +42,10 @@ def copy_node_name(source: Node, op_type: str) -> str:
     return source.name
 
 
-def copy_node(ctx: OptimizerCtx, source: Node, op_type: str, domain: str) -> Node:
-    """``ApiGraph::CopyNode``: a node named ``GenerateNodeName(<source name>)`` with the source's inputs, as many fresh
-    outputs (``<name>_out<i>``), the source's EP, and its attributes copied in the source's map order."""
-    name = ctx.graph.generate_node_name(copy_node_name(source, op_type))
-    outputs = [ctx.generate_value_name(f"{name}_out{i}") for i in range(len(source.outputs))]
-    attributes: dict[str, onnx.AttributeProto] = {}
-    for key in source.attribute_order():  # CopyAttributes: AddAttributeProto in the source map's order
-        attributes[key] = onnx.AttributeProto()
-        attributes[key].CopyFrom(source.attributes[key])
-    return ctx.graph.add_node(
-        name,
-        op_type,
-        list(source.inputs),
-        outputs,
-        domain=domain,
-        attributes=attributes,
-        doc_string="Added in transpose optimizer",
-        ep=source.ep,
-    )
-
-
 def swap_node_op_type_domain_and_since_version(ctx: OptimizerCtx, node: Node, op_type: str, domain: str) -> Node:
     """``SwapNodeOpTypeDomainAndSinceVersion``: :func:`copy_node`, then each named output moved to the copy
     (``MoveOutput``: the old node's output renamed ``GenerateNodeArgName(<old name>)``), then the old node removed."""
-    new = copy_node(ctx, node, op_type, domain)
+    new = ctx.copy_node(node, op_type, domain, copy_node_name(node, op_type))
     for j, value in enumerate(list(node.outputs)):
         if value:
             ctx.move_output(node, j, new, j)

@@ -11,7 +11,6 @@ up. The map is ORT 1.32's (checked live, Elu included), none refused.
 
 from __future__ import annotations
 
-from qdqopt.passes.transpose_optimization.context import NotImplementedHandler
 from qdqopt.passes.transpose_optimization.handlers.axis import (
     handle_arg_min_max,
     handle_gather,
@@ -43,12 +42,7 @@ from qdqopt.passes.transpose_optimization.handlers.shape import (
     handle_unsqueeze,
 )
 
-__all__ = ["HANDLERS", "HandlerArgs", "HandlerInfo", "not_implemented"]
-
-
-def not_implemented(args: HandlerArgs) -> bool:
-    """A handler ORT has and qdqopt does not yet: the run stops and the pass declines the model."""
-    raise NotImplementedHandler(f"pushing a Transpose through {args.node.qualified_op} (handler not implemented)")
+__all__ = ["HANDLERS", "HandlerArgs", "HandlerInfo"]
 
 
 _SIMPLE = HandlerInfo(all_inputs, handle_simple)
