@@ -219,13 +219,8 @@ def specialize(
     attributes: Mapping[str, onnx.AttributeProto],
     prefix: str,
 ) -> onnx.FunctionProto:
-    """``function_utils::Specialize``: a copy of ``body`` renamed for a call with these actual inputs and outputs."""
-    if len(inputs) > len(body.input) or len(outputs) > len(body.output):
-        raise ModelError(
-            f"function {body.domain}:{body.name} takes {len(body.input)} inputs and {len(body.output)} outputs, "
-            f"the call has {len(inputs)} and {len(outputs)} (ORT: number of actual parameters cannot exceed the "
-            "number of formal parameters)"
-        )
+    """``function_utils::Specialize``: a copy of ``body`` renamed for a call with these actual inputs and outputs
+    (no more than the body's formal ones)."""
     fp = onnx.FunctionProto()
     fp.CopyFrom(body)
     specializer = _Specializer(prefix, attributes)
@@ -247,6 +242,12 @@ def inline_function(
     as ``raw_data``); the partitioner's inlining comes after that move and keeps them as the body wrote them. The
     caller Resolves the graph afterwards, as ORT's drivers do.
     """
+    if len(node.inputs) > len(body.input) or len(node.outputs) > len(body.output):
+        raise ModelError(
+            f"node {node.name!r} ({node.qualified_op}) has {len(node.inputs)} inputs and {len(node.outputs)} outputs, "
+            f"its function {len(body.input)} and {len(body.output)} (ORT: number of actual parameters cannot exceed "
+            "the number of formal parameters)"
+        )
     prefix = graph.generate_node_name(INLINE_PREFIX + node.op_type) + "_"
     attributes = dict(node.attributes)
     for default in body.attribute_proto:
