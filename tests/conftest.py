@@ -81,22 +81,9 @@ def realarch_sample() -> frozenset[str]:
     return frozenset(rng.choice(names) for _, names in sorted(groups.items()))
 
 
-#: sweep items over the sample where qdqopt differs from ORT 1.32 today (found by these fixtures; see the
-#: issue 9 measurements): expected to fail, not strictly, so that a fix shows up as XPASS
-_NHWC_INT8 = "NhwcTransformer: int8 QLinearConvs ORT moves to NHWC stay NCHW in qdqopt (default config)"
-REALARCH_KNOWN_DIFFERENT = {
-    f"test_whole_levels.py::test_fixtures[{name}-{level}-default]": _NHWC_INT8
-    for name in ("squeezenet_ortquant_s8s8_dynamo", "unetfpn_pt2e")
-    for level in ("layout", "all")
-}
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     sample = realarch_sample()
     for item in items:
-        known = REALARCH_KNOWN_DIFFERENT.get(f"{item.path.name}::{item.name}")
-        if known is not None:
-            item.add_marker(pytest.mark.xfail(strict=False, reason=f"known difference: {known}"))
         callspec = getattr(item, "callspec", None)
         params = callspec.params if callspec is not None else {}
         name, path = params.get("name"), params.get("path")
