@@ -74,7 +74,7 @@ def run(
     tgt = target or Target.detect()
     unsupported: dict[str, str] = {}
     while True:
-        loaded = load_model(model)
+        loaded = load_model(model, inline_local_functions=cfg.get("session.disable_aot_function_inlining") != "1")
         try:
             pipeline = run_pipeline(
                 loaded, lvl, config=cfg, disabled=set(names) | set(unsupported), target=tgt, on_pass=on_pass

@@ -258,13 +258,6 @@ def test_output_only_fp16_node_fails_like_ort() -> None:
         qdqopt.run(m, 0)
 
 
-def test_function_inlining_is_refused() -> None:
-    """fp16 Softmax-13 has no CPU kernel but a function body: ORT's partitioner inlines it; qdqopt says it cannot."""
-    m = model([node("Softmax", ["x"], ["y"], "softmax")], [vi("x", H, [2, 4])], [vi("y", H, [2, 4])])
-    with pytest.raises(ModelError, match=r"'softmax'.*function inlining is not implemented"):
-        qdqopt.run(m, 0)
-
-
 # -------------------------------------------------------------------------------------------------------- unit level
 def test_partition_assigns_by_kernel_and_types() -> None:
     m = model(

@@ -84,7 +84,6 @@ def test_local_functions_inlined_by_the_partitioner(name: str, level: str) -> No
     assert [f.name for f in ours.functions] == [f.name for f in model.functions]  # kept, as ORT keeps them
 
 
-@pytest.mark.xfail(strict=True, reason="qdqopt.run does not pass session.disable_aot_function_inlining to load_model")
 def test_run_honours_disable_aot_function_inlining() -> None:
     model = _model("local_function_before_eudq")
     ours = qdqopt.run(model, "disable_all", config=NO_AOT).model
