@@ -9,8 +9,10 @@
   (tier S) must match every time, and with two of them P must hold for one of a few ORT runs.
 * The pass alone (every other Level2/Level3 transformer and rule disabled on both sides): the same checks.
 * Each ``nchwc/`` fixture means what its name says: ORT converts something unless the name ends in ``_kept``.
-* Mutations (the OIHWBiBo filter order, the Conv/Add fusion, the shape tracking, the Reshape shapes) must make the
-  comparison fail.
+* The HardSwish cases (``nchwc/hardswish_*``): ORT's nchwc.Conv has ``activation="HardSwish"`` (no
+  ``activation_params``, the HardSigmoid and Mul gone) exactly in the cases that say it is fused.
+* Mutations (the OIHWBiBo filter order, the Conv/Add fusion, the shape tracking, the Reshape shapes, the HardSwish
+  fusion and its 1e-6 tolerance) must make the comparison fail.
 """
 
 from __future__ import annotations
@@ -144,6 +146,58 @@ def test_fixture_means_what_it_says(name: str) -> None:
         # the kept op stays NCHW; the other ops of the case may still be converted
         return
     assert _ort_fired(name)
+
+
+# ------------------------------------------------------------------------------------------------ HardSwish
+HARDSWISH = [n for n in OWN if n.startswith("nchwc/hardswish_")]
+#: the cases where ORT 1.32 fuses Mul(x, HardSigmoid(x)) into the nchwc.Conv producing x
+HARDSWISH_FUSED = {
+    "nchwc/hardswish_fused",
+    "nchwc/hardswish_fused_gate_first",
+    "nchwc/hardswish_params_within_tolerance",
+    "nchwc/hardswish_after_batchnorm",
+    "nchwc/hardswish_after_sum",
+    "nchwc/hardswish_inlined",
+}
+
+
+def test_hardswish_cases_listed() -> None:
+    assert set(HARDSWISH) >= HARDSWISH_FUSED
+    assert len(HARDSWISH) - len(HARDSWISH_FUSED) >= 9
+
+
+@pytest.mark.parametrize("name", HARDSWISH)
+def test_hardswish_case_means_what_it_says(name: str) -> None:
+    ort_model = run_reference(_model(name), "layout", disabled=OTHER).model
+    nodes = list(ort_model.graph.node)
+    convs = [n for n in nodes if n.op_type == "Conv" and n.domain == "com.microsoft.nchwc"]
+    hardswish = [n for n in convs if any(a.name == "activation" and a.s == b"HardSwish" for a in n.attribute)]
+    gates = [n for n in nodes if n.op_type == "HardSigmoid"]
+    if name in HARDSWISH_FUSED:
+        assert len(hardswish) == 1
+        assert not any(a.name == "activation_params" for a in hardswish[0].attribute)
+        assert not gates
+        assert not any(n.op_type == "Mul" for n in nodes)
+    else:
+        assert not hardswish
+        assert len(gates) == 1
+        # not fused: the HardSigmoid reads the NCHWc value (nothing reorders the Conv output for it)
+        assert gates[0].input[0].startswith("reorder")
+
+
+def test_mutation_no_hardswish_fusion(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = "nchwc/hardswish_fused"
+    assert _holds(_compare(name, "layout", {}, OTHER))
+    monkeypatch.setattr(nchwc_transformer._Impl, "try_fuse_hardswish", lambda self, node, arg: False)
+    assert not _compare(name, "layout", {}, OTHER).report.holds("S")
+
+
+def test_mutation_hardswish_exact_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ORT compares alpha and beta within 1e-6, not for equality."""
+    name = "nchwc/hardswish_params_within_tolerance"
+    assert _holds(_compare(name, "layout", {}, OTHER))
+    monkeypatch.setattr(nchwc_transformer, "_HARDSWISH_TOLERANCE", np.float32(0.0))
+    assert not _compare(name, "layout", {}, OTHER).report.holds("S")
 
 
 # ------------------------------------------------------------------------------------------------ the layouts

@@ -42,7 +42,10 @@ Rules (ORT 1.32.0, checked against it on this machine):
   ``Cp`` the padded channel count; one shape initializer per direction and ``Cp``).
   ``Concat`` on axis 1 of NCHWc inputs whose channels are multiples of ``B``. ``Relu``/``Sigmoid``/``Tanh``/
   ``HardSigmoid`` are fused into a single-use nchwc.Conv without activation (HardSigmoid with
-  ``activation_params=[alpha, beta]``), else they (and ``Gelu``, ``QuickGelu``) read the NCHWc value.
+  ``activation_params=[alpha, beta]``), else they (and ``Gelu``, ``QuickGelu``) read the NCHWc value. First, a
+  HardSigmoid (alpha, beta within ``1e-6`` of 1/6, 0.5; one output edge) on an nchwc.Conv output without activation
+  whose two uses are it and a ``Mul`` of both (an inlined HardSwish), neither a graph output: the Conv gets
+  ``activation="HardSwish"`` and both nodes go (:meth:`_Impl.try_fuse_hardswish`).
   ``BatchNormalization`` with constant float ``[C]`` parameters becomes a depthwise 1x1 nchwc.Conv (``bn_scale..``,
   ``bn_B..``, zero padded). ``Transpose`` perm ``[0,2,3,1]`` becomes ``ReorderOutput(channels_last=1)``;
   ``Upsample``/``Resize`` with integer spatial scales (nearest: asymmetric + floor; linear: asymmetric,
@@ -63,6 +66,7 @@ import numpy as np
 import onnx
 
 from qdqopt.graph import Edge, Graph, Node
+from qdqopt.graph.schema import normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import constant_initializer, is_constant, is_supported_op
@@ -79,6 +83,10 @@ _SPATIAL = 2
 #: ReorderInput needs channel counts aligned to this.
 _CHANNEL_ALIGNMENT = 4
 _TRANSPOSE_VERSIONS = (1, 13, 21, 23, 24, 25)
+#: HardSigmoid parameters that make ``Mul(x, HardSigmoid(x))`` a HardSwish, and how far (float32) they may be off
+_HARDSWISH_ALPHA = np.float32(1.0) / np.float32(6.0)
+_HARDSWISH_BETA = np.float32(0.5)
+_HARDSWISH_TOLERANCE = np.float32(1e-6)
 
 
 @dataclass
@@ -609,9 +617,58 @@ class _Impl:
         shape.dims[1] = node.outputs[0]
         self.create_nchwc_argument(node, view, total, shape)
 
+    def try_fuse_hardswish(self, node: Node, arg: _NchwcArg) -> bool:
+        """``TryFuseNchwcHardSwish``: ``Mul(c, HardSigmoid(c))``, either operand order, becomes the nchwc.Conv's
+        ``activation`` ``HardSwish`` (no ``activation_params``); the HardSigmoid and the Mul go.
+
+        The HardSigmoid: one output edge, not a graph output, alpha and beta within ``1e-6`` of ``1/6`` and ``0.5``
+        (float32; defaults 0.2 and 0.5). Its input: the NCHWc value of an nchwc.Conv without an activation, with
+        exactly two uses (edges, +1 for a graph output). Every other consumer of that value (as the graph was when
+        the pass started) must be a two-input ``Mul`` (any version) reading both that value and the HardSigmoid's
+        output; there must be one, not producing a graph output."""
+        if node.op_type != "HardSigmoid" or self.output_edge_count(node) != 1:
+            return False
+        alpha_attr, beta_attr = _attr(node, "alpha"), _attr(node, "beta")
+        float_type = onnx.AttributeProto.FLOAT
+        alpha = np.float32(alpha_attr.f if alpha_attr is not None and alpha_attr.type == float_type else 0.2)
+        beta = np.float32(beta_attr.f if beta_attr is not None and beta_attr.type == float_type else 0.5)
+        if abs(alpha - _HARDSWISH_ALPHA) > _HARDSWISH_TOLERANCE or abs(beta - _HARDSWISH_BETA) > _HARDSWISH_TOLERANCE:
+            return False
+        conv = arg.node
+        if conv.op_type != "Conv" or conv.domain != NCHWC:
+            return False
+        if arg.starting_uses != 2 or conv.has_attribute("activation"):
+            return False
+        value, gate = node.inputs[0], node.outputs[0]
+        mul: Node | None = None
+        for consumer in self.graph.consumers(value):
+            if consumer.index == node.index:
+                continue
+            inputs = consumer.inputs
+            if (
+                consumer.op_type != "Mul"
+                or normalize_domain(consumer.domain) != ""
+                or len(inputs) != 2
+                or value not in inputs
+                or gate not in inputs
+            ):
+                return False
+            mul = consumer
+        if mul is None or self.produces_graph_output(node) or self.produces_graph_output(mul):
+            return False
+        conv.add_attribute(onnx.helper.make_attribute("activation", "HardSwish"))
+        arg.remaining_uses -= 2  # the HardSigmoid's use and the Mul's
+        self.remove_node_output_edges(node)
+        self.removed_nodes.insert(0, node.index)
+        self.fuse_nchwc_argument(mul, arg)
+        self.removed_nodes.insert(0, mul.index)
+        return True
+
     def transform_activation(self, node: Node) -> None:
         arg = self.nchwc_args.get(node.inputs[0])
         if arg is None:
+            return
+        if self.try_fuse_hardswish(node, arg):
             return
         view = self.view(node)
         view.inputs[0] = arg.value
