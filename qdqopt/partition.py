@@ -289,8 +289,8 @@ def _type_for_formal(
         if formal.type_str == type_str:
             for value in node.inputs[start : start + counts[index]]:
                 known = graph.value_type(value) if value else None
-                if known is not None:
-                    return known
+                if known is not None:  # the type the parameter binds, without the input's shape
+                    return parse_type_string(type_string(known) or "") or known
         start += counts[index]
     allowed = dict(schema.type_constraints)[type_str]
     if len(allowed) == 1:

@@ -38,7 +38,7 @@ from qdqopt.graph.core import Graph, Node
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
 
-__all__ = ["Model", "load_model", "save_model"]
+__all__ = ["Model", "load_model", "merge_type", "save_model"]
 
 # Domains ORT 1.32 adds to the saved opset_import when the model lacks them, in the order it appends them [EXP].
 REGISTRY_OPSETS: tuple[tuple[str, int], ...] = (
@@ -198,15 +198,18 @@ def _build_graph(
 
 def _load_time_resolve(graph: Graph) -> None:
     graph.fill_default_attributes()
-    _remove_unused_initializers(graph)
+    # every initializer (a Constant node's output included) has a NodeArg before the first Resolve drops the unused
+    # ones, and the NodeArg, typed, stays: its value_info entry is saved (observed on 1.32.0)
     _record_value_info(graph)
+    _remove_unused_initializers(graph)
 
 
 def _record_value_info(graph: Graph) -> None:
-    """ORT keeps a value_info entry iff its tensor has a NodeArg after load; passes never drop it again.
+    """ORT keeps a value_info entry iff its tensor has a NodeArg at load (a node reads or writes it, it is a graph
+    input or output, or an initializer, unused ones included); passes never drop it again.
 
-    (``CleanUnusedInitializersAndNodeArgs`` only removes *untyped* NodeArgs, so a tensor a pass orphans keeps its
-    typed entry.)
+    (``CleanUnusedInitializersAndNodeArgs`` only removes *untyped* NodeArgs, so a tensor a pass orphans, or an unused
+    initializer it removes, keeps its typed entry; an entry naming no tensor at all is dropped.)
     """
     graph.value_info_names = {v.name for v in graph.value_info if _still_used(graph, v.name)}
     graph.record_subgraph_reads()
@@ -461,6 +464,30 @@ def _lenient_merge(existing: onnx.TypeProto, inferred: onnx.TypeProto) -> onnx.T
     return out
 
 
+def merge_type(existing: onnx.TypeProto | None, inferred: onnx.TypeProto) -> onnx.TypeProto:
+    """``NodeArg::UpdateTypeAndShape`` of an inferred tensor type into a NodeArg's type, as a Resolve does.
+
+    No type yet: the inferred one. Otherwise the element type stays and the shapes merge as ONNX's
+    ``mergeInShapeInfo`` does: an inferred value fills an unknown or symbolic dim, an inferred symbol only an
+    unknown one, a known value stays; where they conflict (another rank, another value) ORT's lenient
+    ``UnionShapeInfo`` takes over (:func:`_lenient_merge`).
+    """
+    out = onnx.TypeProto()
+    if existing is None or not existing.HasField("tensor_type") or not inferred.HasField("tensor_type"):
+        out.CopyFrom(existing if existing is not None else inferred)
+        return out
+    if not inferred.tensor_type.HasField("shape"):
+        out.CopyFrom(existing)
+        return out
+    if not existing.tensor_type.HasField("shape"):
+        out.CopyFrom(existing)
+        out.tensor_type.shape.CopyFrom(inferred.tensor_type.shape)
+        return out
+    if _conflict(existing, inferred):
+        return _lenient_merge(existing, inferred)
+    return _fill_unknown(existing, inferred)
+
+
 def any_modified(graph: Graph) -> bool:
     """Whether a pass modified this graph or any graph nested in it.
 
@@ -585,8 +612,10 @@ def _bare_value_info(
 def _merge_type(declared: onnx.TypeProto | None, inferred: onnx.TypeProto | None) -> onnx.TypeProto | None:
     """ORT's ``MergeShapeInfo`` with its lenient fallback, as observed on 1.32.0.
 
-    Inferred dims win (a conflicting rank, value or name included); a dim inference leaves unknown keeps the
-    declared one; a negative declared value is written as an unknown dim.
+    Inferred values win (a conflicting rank or value included); an inferred symbolic dim fills only a declared dim
+    that is unknown (a declared value or name stays, as in ONNX's ``mergeInDimensionInfo``: observed on 1.32.0, a
+    declared ``[1,8]`` or ``[M,8]`` output inferred ``[N,8]`` is saved as declared); a dim inference leaves unknown
+    keeps the declared one; a negative declared value is written as an unknown dim.
     """
     if declared is None:
         merged = inferred
@@ -607,11 +636,16 @@ def _merge_type(declared: onnx.TypeProto | None, inferred: onnx.TypeProto | None
             for target, source in zip(merged.tensor_type.shape.dim, it.shape.dim, strict=True):
                 if source.HasField("dim_value"):
                     target.dim_value = source.dim_value
-                elif source.HasField("dim_param"):
+                elif source.HasField("dim_param") and not _has_dim(target):
                     target.dim_param = source.dim_param
     if merged is None:
         return None
     return _without_negative_dims(merged)
+
+
+def _has_dim(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    """Whether the dim is known: a value or a symbolic name."""
+    return dim.HasField("dim_value") or dim.HasField("dim_param")
 
 
 def _fill_unknown(existing: onnx.TypeProto, inferred: onnx.TypeProto | None) -> onnx.TypeProto:
@@ -634,11 +668,12 @@ def _fill_unknown(existing: onnx.TypeProto, inferred: onnx.TypeProto | None) -> 
     merged = onnx.TypeProto()
     merged.CopyFrom(existing)
     for target, source in zip(merged.tensor_type.shape.dim, inferred.tensor_type.shape.dim, strict=True):
-        if not target.HasField("dim_value") and not target.HasField("dim_param"):
-            if source.HasField("dim_value"):
-                target.dim_value = source.dim_value
-            elif source.HasField("dim_param"):
-                target.dim_param = source.dim_param
+        if target.HasField("dim_value"):
+            continue
+        if source.HasField("dim_value"):  # ONNX's mergeInDimensionInfo: a value replaces a symbolic dim
+            target.dim_value = source.dim_value
+        elif source.HasField("dim_param") and not target.HasField("dim_param"):
+            target.dim_param = source.dim_param
     return merged
 
 

@@ -10,7 +10,11 @@
                                                     the Shape, is removed bottom-up
     If(cond=true init) {then: ...}                  the then-branch's nodes, inlined (names _if_then_branch_*)
 
-Nodes are visited in ORT's topological order; each node's subgraphs are folded first. A node is handled by kind:
+Nodes are visited in ORT's topological order; each node's subgraphs are folded first. Once a node of the graph has
+been folded (or an If inlined), every node visited after it, subgraph holders aside, is re-inferred before it is
+looked at (``Graph::UpdateShapeInference``, :func:`update_shape_inference`): a Resize whose ``sizes`` a fold just
+made constant gets its output shape, and a ``Shape`` of that output, further down, folds in the same pass. A node is
+handled by kind:
 
 * ``If`` whose condition is a constant initializer (outer scope allowed): the taken branch is inlined
   (``Graph::InlineIfSubgraph``): ``uid = GenerateNodeName("_if_then_branch"|"_if_else_branch")``; the branch's
@@ -54,9 +58,10 @@ from onnx import numpy_helper
 from qdqopt.config import SessionConfig
 from qdqopt.evaluate import NodeEvaluation, evaluate_node
 from qdqopt.graph import Graph, Node
+from qdqopt.graph.model import merge_type
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import check_output_edges, produces_graph_output
+from qdqopt.passes.graph_utils import check_output_edges, produces_graph_output, refine_cached_type
 
 __all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "ConstantFolding", "ShapeSource", "is_deterministic"]
 
@@ -132,16 +137,22 @@ class ConstantFolding(GraphTransformer):
         )
         limit = max_output_size(ctx.config)
         modified = False
+        # ``have_updated_nodes``: once this graph has a folded node, every node visited after it is re-inferred
+        # first (``Graph::UpdateShapeInference``), so a Shape further down sees the shapes the folds made known
+        have_updated_nodes = False
         shapes = ShapeSource(graph)
         for node in graph.topological_order():
             if graph.node(node.index) is None:
                 continue
             if self.recurse(node, ctx, graph_level):
                 modified = True
+            if have_updated_nodes and not node.subgraphs:
+                update_shape_inference(graph, node)
             converted = False
             if node.op_type == "If":
                 if _fold_if(graph, node):
                     modified = True
+                    have_updated_nodes = True
                 continue
             if node.op_type == "Shape":
                 converted = _fold_shape(graph, node, shapes)
@@ -157,6 +168,7 @@ class ConstantFolding(GraphTransformer):
                         remove_nodes_with_one_output_bottom_up(graph, producer)
                 graph.remove_node(node)
                 modified = True
+                have_updated_nodes = True
         return modified
 
 
@@ -341,6 +353,81 @@ def declared_shape(graph: Graph, name: str) -> tuple[int | None, ...] | None:
         if vi.name == name and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
             return tuple(int(d.dim_value) if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim)
     return None
+
+
+# ------------------------------------------------------------------------------------------------ re-inference
+def update_shape_inference(graph: Graph, node: Node) -> None:
+    """``Graph::UpdateShapeInference``: run the node's type and shape inference again and merge the result into its
+    outputs' types (``InferAndVerifyTypeMatch``, ``NodeArg::UpdateTypeAndShape``).
+
+    The inference sees each input's current type (an initializer's from its dims, a graph input's as declared, any
+    other value's as typed so far) and the data of the constant initializers it reads (``getInputData``), so a node
+    whose shape input a fold just made constant (a Resize's ``sizes``, a Slice's ``ends``) gets its output shape,
+    which the nodes after it then see in turn. A value's known dims stay; inferred values fill unknown or symbolic
+    dims (ONNX's ``mergeInShapeInfo``; on a conflict, ORT's lenient ``UnionShapeInfo``). An op ONNX has no schema
+    for, or whose inference fails, keeps its types. The merged type is also recorded as the type the value had if
+    a later pass takes its producer (:meth:`Graph.keep_value_type`): ORT's NodeArg keeps it.
+    """
+    schema = _onnx_schema(graph, node)
+    if schema is None:
+        return
+    input_types: dict[str, onnx.TypeProto] = {}
+    input_data: dict[str, onnx.TensorProto] = {}
+    for name in node.inputs:
+        if not name or name in input_types:
+            continue
+        found = _input_type(graph, name)
+        if found is None:
+            return  # an untyped input: ORT's inference fails the same way and types nothing new
+        input_types[name] = found
+        tensor = graph.constant_initializer(name)
+        if tensor is not None and tensor.data_location != onnx.TensorProto.EXTERNAL:
+            input_data[name] = tensor
+    proto = onnx.NodeProto(name=node.name, op_type=node.op_type, domain=node.domain)
+    proto.input.extend(node.inputs)
+    proto.output.extend(node.outputs)
+    proto.attribute.extend(node.attributes[a] for a in node.attribute_order())
+    opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in sorted(graph.opsets.items())]
+    try:
+        inferred = onnx.shape_inference.infer_node_outputs(schema, proto, input_types, input_data, opset_imports=opsets)
+    except Exception:  # ONNX's inference rejected the node: its outputs keep their types
+        return
+    for name in node.outputs:
+        found = inferred.get(name)
+        if not name or found is None or not found.HasField("tensor_type"):
+            continue
+        merged = merge_type(graph.value_type(name), found)
+        graph.set_value_type(name, merged)
+        graph.keep_value_type(name, merged)
+        refine_cached_type(graph, name, found)
+
+
+def _onnx_schema(graph: Graph, node: Node) -> onnx.defs.OpSchema | None:
+    domain = normalize_domain(node.domain)
+    version = graph.opsets.get(domain)
+    if version is None:
+        return None
+    try:
+        return onnx.defs.get_schema(node.op_type, version, domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+def _input_type(graph: Graph, name: str) -> onnx.TypeProto | None:
+    """The input's NodeArg type: an initializer's from its tensor (unless a graph input declares it), a graph input's
+    as declared, any other value's as the graph core has it."""
+    scope: Graph | None = graph
+    while scope is not None:
+        for vi in scope.inputs:
+            if vi.name == name:
+                return vi.type if vi.HasField("type") else None
+        tensor = scope.initializer(name)
+        if tensor is not None:
+            return onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+        if scope.defines(name):
+            break
+        scope = scope.parent
+    return graph.value_type(name)
 
 
 # ------------------------------------------------------------------------------------------------ Shape

@@ -42,6 +42,7 @@ import numpy as np
 import onnx
 
 from qdqopt.graph import Edge, Graph, Node
+from qdqopt.graph.model import merge_type
 from qdqopt.graph.schema import normalize_domain
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "node_produces_graph_output",
     "output_edge_count",
     "output_nodes",
+    "refine_cached_type",
     "remove_node",
     "remove_node_with_single_node_in_single_used_output",
     "remove_nodes_with_one_output_bottom_up",
@@ -468,6 +470,15 @@ def _type_of(graph: Graph, name: str) -> onnx.TypeProto | None:
     _infer_types(root)
     _TYPED_AT[root] = _stamp(root)
     return _TYPES.get(graph, {}).get(name)
+
+
+def refine_cached_type(graph: Graph, name: str, inferred: onnx.TypeProto) -> None:
+    """Merge a type a pass re-inferred for a value (``Graph::UpdateShapeInference``) into the types held for
+    :func:`value_shape` and :func:`value_elem_type`, as the NodeArg's type is updated in ORT (nothing to do while
+    none are held: they are inferred from the graph as it is when first asked for)."""
+    known = _TYPES.get(graph)
+    if known is not None:
+        known[name] = merge_type(known.get(name), inferred)
 
 
 def clone_with_types(graph: Graph) -> Graph:
