@@ -645,7 +645,7 @@ def _merge_type(declared: onnx.TypeProto | None, inferred: onnx.TypeProto | None
 
 def _has_dim(dim: onnx.TensorShapeProto.Dimension) -> bool:
     """Whether the dim is known: a value or a symbolic name."""
-    return dim.HasField("dim_value") or dim.HasField("dim_param")
+    return bool(dim.HasField("dim_value") or dim.HasField("dim_param"))
 
 
 def _fill_unknown(existing: onnx.TypeProto, inferred: onnx.TypeProto | None) -> onnx.TypeProto:
