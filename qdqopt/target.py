@@ -4,7 +4,8 @@
   It is the default of ``session.qdqisint8allowed``; setting that key to 1 on x86 reproduces the arm64 graph.
 * ``nchwc_block_size``: ``MlasNchwcGetBlockSize()``: 8 on every x86-64, 16 with usable AVX-512F; 1 (off) on a stock
   arm64 build. ``NchwcTransformer`` is registered only when it is above 1.
-* ``u8s8_overflow``: ``MlasPlatformU8S8Overflow()``, AVX2/AVX-512 without VNNI; gates Avx2WeightS8ToU8Transformer.
+* ``u8s8_overflow``: ``MlasPlatformU8S8Overflow()``, every x86 with AVX2 (VNNI or not: the U8U8 and U8S8 dispatch
+  tables differ); gates Avx2WeightS8ToU8Transformer with ``session.x64quantprecision=1``.
 * ``fp16_nhwc_kernels`` / ``kleidiai_sme``: which extra entries ``NhwcTransformer``'s conversion table gets (arm64).
 
 :meth:`Target.detect` reads the running Python's machine and CPU flags, as ORT does at build and load time;
@@ -57,7 +58,9 @@ class Target:
         arm = machine in _ARM
         flags = _cpu_flags()
         block = 1 if arm else 16 if "avx512f" in flags else 8
-        overflow = (not arm) and ("avx2" in flags) and not ({"avx_vnni", "avx512_vnni"} & flags)
+        # MlasPlatformU8S8Overflow() is GemmU8U8Dispatch != GemmU8S8Dispatch: with AVX2 the two always differ,
+        # VNNI or not (with VNNI only the U8S8 kernel changes); an SSE-only x86 (Linux build) shares one table
+        overflow = (not arm) and "avx2" in flags
         return cls(
             machine=machine,
             int8_allowed=arm,
