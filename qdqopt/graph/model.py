@@ -290,8 +290,14 @@ def _normalise_initializer(tensor: onnx.TensorProto) -> onnx.TensorProto:
 
 
 def _infer_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
-    """Types of every tensor of the main graph as shape inference (with data propagation, as ORT does) sees the
-    model (best effort: ops ONNX does not know keep their declared types)."""
+    """Types of every tensor of the main graph as ORT's Resolve infers them (best effort: ops ONNX does not know keep
+    their declared types).
+
+    ONNX shape inference with the initializers' data, and shape values propagated as far as ORT 1.32 propagates
+    them, which is less far than ONNX's ``data_prop`` (:func:`_mask_value_propagation`): the types inference gives
+    without propagation, their unknown dims filled from an inference with ONNX's propagation on a copy of the model
+    where the propagation ORT does not do cannot happen.
+    """
     stripped = onnx.ModelProto()
     stripped.CopyFrom(proto)
     for output in stripped.graph.output:  # a declared output shape must not block inference: the inferred one wins
@@ -301,21 +307,104 @@ def _infer_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             tensor.ClearField("external_data")
             tensor.data_location = onnx.TensorProto.DEFAULT
+    declared = _dim_params(proto.graph)
     try:
-        inferred = shape_inference.infer_shapes(stripped, strict_mode=False, data_prop=True)
+        inferred = shape_inference.infer_shapes(stripped, strict_mode=False)
     except Exception:
+        return {}
+    types = _types_of(inferred.graph, declared)
+    masked = onnx.ModelProto()
+    masked.CopyFrom(stripped)
+    if _mask_value_propagation(masked.graph):
         try:
-            inferred = shape_inference.infer_shapes(stripped, strict_mode=False)
+            propagated = shape_inference.infer_shapes(masked, strict_mode=False, data_prop=True)
         except Exception:
-            return {}
-    g = inferred.graph
-    _clear_invented_dims(g, _dim_params(proto.graph))
+            return types
+        for name, found in _types_of(propagated.graph, declared).items():
+            known = types.get(name)
+            if known is not None:
+                types[name] = _fill_unknown(known, found)
+    return types
+
+
+def _types_of(g: onnx.GraphProto, declared: set[str]) -> dict[str, onnx.TypeProto]:
+    """The value types an inferred graph holds, subgraphs included (ONNX's invented dim names cleared)."""
+    _clear_invented_dims(g, declared)
     types: dict[str, onnx.TypeProto] = {}
     for v in [*g.input, *g.output, *g.value_info]:  # inferred value_info last: it knows most
         if v.HasField("type") and (not v.type.HasField("tensor_type") or v.type.tensor_type.elem_type):
             types[v.name] = v.type
     _subgraph_types(g, types)
     return types
+
+
+#: ops ONNX propagates shape values through (``PartialDataPropagationFunction``), by the inputs that carry them
+_PROPAGATING: dict[str, tuple[int, ...] | None] = {
+    "Cast": (0,),
+    "Gather": (0,),
+    "Slice": (0,),
+    "Squeeze": (0,),
+    "Unsqueeze": (0,),
+    "Concat": None,  # every input
+    "Add": None,
+    "Sub": None,
+    "Mul": None,
+}
+#: the operands of those ops whose constant data ORT hands to its value propagation (its own Gather, Squeeze and
+#: Unsqueeze propagation reads the indices and axes); every other constant operand is hidden from it
+_ORT_READS: dict[str, tuple[int, ...]] = {"Gather": (1,), "Squeeze": (1,), "Unsqueeze": (1,)}
+
+
+def _mask_value_propagation(gp: onnx.GraphProto) -> bool:
+    """Make the shape-value propagation ORT 1.32 does not do impossible in ``gp`` (edited in place); True if it
+    changed anything.
+
+    ORT runs ONNX's propagation functions with a context whose input data are the values propagated so far, not the
+    initializers (Constant nodes are initializers in ORT), plus its own Gather/Squeeze/Unsqueeze propagation, which
+    reads them. So a ``Slice`` of a shape with constant starts, a ``Concat`` of a shape and a constant, an
+    ``Add``/``Mul`` of a shape by a constant propagate nothing (probed): each such constant operand of a node that
+    reads a shape value becomes a graph input of the same type, which neither propagation nor that node's inference
+    can read (inference without propagation, which reads it, gives the rest).
+    """
+    constants: dict[str, onnx.TypeProto] = {
+        t.name: onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)) for t in gp.initializer
+    }
+    for node in gp.node:
+        if node.op_type == "Constant" and not node.domain and node.output and node.attribute:
+            attr = node.attribute[0]
+            if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
+                constants[node.output[0]] = onnx.helper.make_tensor_type_proto(attr.t.data_type, list(attr.t.dims))
+            elif attr.name in ("value_int", "value_ints", "value_float", "value_floats"):
+                elem = onnx.TensorProto.INT64 if attr.name.startswith("value_int") else onnx.TensorProto.FLOAT
+                dims = [len(attr.ints) or len(attr.floats)] if attr.name.endswith("s") else []
+                constants[node.output[0]] = onnx.helper.make_tensor_type_proto(elem, dims)
+    shape_values: set[str] = set()
+    changed = False
+    count = 0
+    for node in gp.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type in ("Shape", "Size"):
+            shape_values.update(node.output)
+            continue
+        if node.op_type not in _PROPAGATING:
+            continue
+        carriers = _PROPAGATING[node.op_type]
+        slots = range(len(node.input)) if carriers is None else carriers
+        if not any(slot < len(node.input) and node.input[slot] in shape_values for slot in slots):
+            continue
+        shape_values.update(node.output)
+        for slot, name in enumerate(node.input):
+            if not name or name in shape_values or slot in _ORT_READS.get(node.op_type, ()):
+                continue
+            if name not in constants:
+                continue
+            hidden = f"{name}/qdqopt_hidden_{count}"
+            count += 1
+            gp.input.append(onnx.helper.make_value_info(hidden, constants[name]))
+            node.input[slot] = hidden
+            changed = True
+    return changed
 
 
 def _subgraph_types(gp: onnx.GraphProto, types: dict[str, onnx.TypeProto]) -> None:

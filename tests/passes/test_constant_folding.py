@@ -6,7 +6,8 @@
 * ConstantFolding folds a second Shape chain, made foldable by the first, in the same pass (ORT's log: modified in
   the first Level1 step only), and re-inference is what makes it: with ``update_shape_inference`` a no-op the
   fixtures differ from ORT.
-* The merge of an inferred type into a NodeArg's, and the type a schema binds for an output ONNX cannot infer.
+* The merge of an inferred type into a NodeArg's, the type a schema binds for an output ONNX cannot infer, and how
+  far shape values propagate at load.
 """
 
 from __future__ import annotations
@@ -130,3 +131,13 @@ def test_declared_dims_against_inferred_symbols() -> None:
     saved = run(fixture_model("shapes/declared_dims_kept"), "disable_all").model
     outputs = {v.name: _dims(v.type) for v in saved.graph.output}
     assert outputs["y_value"] == [1, 8] and outputs["y_name"] == ["M", 8]
+
+
+def test_value_propagation_stops_where_orts_does() -> None:
+    """At load, shape values reach a Resize, Expand, Reshape or ConstantOfShape only through what ORT propagates."""
+    saved = run(fixture_model("shapes/value_propagation"), "disable_all").model
+    outputs = {v.name: _dims(v.type) for v in saved.graph.output}
+    assert outputs["y_resize"] == [1, 2, 8, 8] and outputs["y_expand"] == [1, 2, 8, 8]
+    assert outputs["y_reshape"] == [4, 4, 2] and outputs["y_cos_mul"] == [1, 4, 16, 16]
+    assert outputs["y_resize_sliced"] == [f"y_resize_sliced_{k}" for k in range(4)]
+    assert outputs["y_cos_add"] == ["y_cos_add_0"]
