@@ -21,15 +21,16 @@ Each run yields a trace: one :class:`TraceEntry` per transformer application, pr
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from qdqopt.config import SessionConfig
 from qdqopt.graph import Graph, Model
-from qdqopt.levels import Level, PassSpec, RuleSpec, registered_passes
+from qdqopt.levels import Level
 from qdqopt.partition import check_kernels, partition
-from qdqopt.passes import RULES, TRANSFORMERS, GraphTransformer, PassContext, RuleBasedTransformer
+from qdqopt.passes import GraphTransformer, PassContext, RuleBasedTransformer
 from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCastTransformer
+from qdqopt.registry import PassSpec, Plugin, RuleSpec, implementation, registered_passes, rule_implementation
 from qdqopt.target import Target
 
 __all__ = ["MAX_STEPS", "PipelineResult", "TraceEntry", "run_pipeline"]
@@ -49,6 +50,8 @@ class TraceEntry:
     op_delta: dict[str, int] = field(default_factory=dict)
     #: rules of a rule-based transformer that ORT would run but qdqopt skips (not implemented yet)
     missing_rules: tuple[str, ...] = ()
+    #: a pass of one's own (:class:`~qdqopt.registry.Plugin`): ORT has no such pass and never logs this line
+    plugin: bool = False
 
     def ort_line(self) -> str:
         return f"GraphTransformer {self.name} modified: {int(self.modified)}"
@@ -66,9 +69,12 @@ class PipelineResult:
     context: PassContext | None = None
     #: whether the run ended early at ``stop_before``
     stopped: bool = False
+    #: the passes of one's own registered for this run (not disabled, at a stage the level runs), in order
+    plugins: list[str] = field(default_factory=list)
 
     def ort_lines(self) -> list[str]:
-        return [e.ort_line() for e in self.trace]
+        """The lines ORT's log would hold: every entry but those of plugins, which ORT knows nothing of."""
+        return [e.ort_line() for e in self.trace if not e.plugin]
 
 
 Snapshot = Callable[[str, Graph], None]
@@ -91,9 +97,10 @@ def _delta(before: collections.Counter[str], after: collections.Counter[str]) ->
 
 def _instantiate(spec: PassSpec, rules: tuple[RuleSpec, ...]) -> GraphTransformer | None:
     if spec.rules:
-        implemented = [RULES[r.name]() for r in rules if r.name in RULES]
+        classes = [rule_implementation(r) for r in rules]
+        implemented = [cls() for cls in classes if cls is not None]
         return RuleBasedTransformer(spec.name, implemented, spec.eps) if implemented else None
-    cls = TRANSFORMERS.get(spec.name)
+    cls = implementation(spec)
     return cls() if cls is not None else None
 
 
@@ -106,35 +113,41 @@ def run_pipeline(
     target: Target | None = None,
     on_pass: Snapshot | None = None,
     stop_before: str | None = None,
+    plugins: Sequence[Plugin] = (),
 ) -> PipelineResult:
     """Run ORT's session transformations on ``model`` in place.
 
-    With ``stop_before``, the run stops right before the first application of that transformer (the graph is then
-    exactly what that pass would see; ``PipelineResult.context`` is the context it would get).
+    ``plugins`` (passes of one's own) run at their declared places; their trace entries are marked
+    (:attr:`TraceEntry.plugin`). With ``stop_before``, the run stops right before the first application of that
+    transformer (the graph is then exactly what that pass would see; ``PipelineResult.context`` is the context it
+    would get).
     """
     cfg = config or SessionConfig()
     tgt = target or Target.detect()
     off = set(disabled or ()) | set(cfg.disabled_by_config())
     ctx = PassContext(config=cfg, target=tgt)
     result = PipelineResult()
-    plan = registered_passes(level, cfg, tgt, off)
+    plan = registered_passes(level, cfg, tgt, off, plugins)
+    result.plugins = [spec.name for spec, _ in plan if spec.is_plugin]
     by_stage: dict[str, list[tuple[PassSpec, GraphTransformer | None, tuple[RuleSpec, ...]]]] = {}
     for spec, rules in plan:
         by_stage.setdefault(spec.stage, []).append((spec, _instantiate(spec, rules), rules))
         if spec.rules:
-            result.unimplemented.extend(r.name for r in rules if r.name not in RULES)
-        elif spec.name not in TRANSFORMERS:
+            result.unimplemented.extend(r.name for r in rules if rule_implementation(r) is None)
+        elif implementation(spec) is None:
             result.unimplemented.append(spec.name)
     graph = model.graph
 
-    missing = {spec.name: tuple(r.name for r in rules if r.name not in RULES) for spec, rules in plan if spec.rules}
+    missing = {
+        spec.name: tuple(r.name for r in rules if rule_implementation(r) is None) for spec, rules in plan if spec.rules
+    }
 
     def apply(spec: PassSpec, transformer: GraphTransformer | None, step: int) -> bool:
         if spec.name == stop_before:
             raise _Stop
         before = op_counts(graph)
         modified = transformer.apply(graph, ctx) if transformer is not None else False
-        entry = TraceEntry(spec.name, spec.stage, step, modified, transformer is not None)
+        entry = TraceEntry(spec.name, spec.stage, step, modified, transformer is not None, plugin=spec.is_plugin)
         entry.missing_rules = missing.get(spec.name, ()) if transformer is not None else ()
         if modified:
             entry.op_delta = _delta(before, op_counts(graph))

@@ -9,7 +9,9 @@
 * ``fp16_nhwc_kernels`` / ``kleidiai_sme``: which extra entries ``NhwcTransformer``'s conversion table gets (arm64).
 
 :meth:`Target.detect` reads the running Python's machine and CPU flags, as ORT does at build and load time;
-:meth:`Target.probe` asks the installed onnxruntime directly (a one-Conv model at LAYOUT) for the block size.
+:meth:`Target.probe` asks the installed onnxruntime directly (a one-Conv model at LAYOUT) for the block size. This
+module imports no other qdqopt module but :mod:`qdqopt.config`: the target sits below the levels, the passes and the
+reference runner.
 """
 
 from __future__ import annotations
@@ -74,11 +76,12 @@ class Target:
     @functools.cache
     def probe(cls) -> Target:
         """Like :meth:`detect`, but the NCHWc block size is read from what the installed ORT does."""
+        import tempfile
+
         import numpy as np
         import onnx
+        import onnxruntime as ort
         from onnx import helper, numpy_helper
-
-        from qdqopt.reference import run_reference
 
         base = cls.detect()
         weight = numpy_helper.from_array(np.ones((8, 8, 1, 1), np.float32), "w")
@@ -91,7 +94,14 @@ class Target:
         )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
         model.ir_version = 8
-        saved = run_reference(model, "layout", capture_log=False).model
+        # ORT itself, not qdqopt.reference: the target sits below the reference runner (which needs the levels)
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_LAYOUT
+        options.log_severity_level = 3
+        with tempfile.TemporaryDirectory(prefix="qdqopt-probe-") as tmp:
+            options.optimized_model_filepath = str(Path(tmp) / "probe.onnx")
+            ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            saved = onnx.load(options.optimized_model_filepath)
         # 8 output channels are padded up to the block size in the reordered weight.
         reordered = [int(t.dims[0]) for t in saved.graph.initializer if t.name != "w" and len(t.dims) == 4]
         has_nchwc = any(n.domain == "com.microsoft.nchwc" for n in saved.graph.node)

@@ -1,44 +1,22 @@
-"""qdqopt's passes, one module per ORT transformer, registered under ORT's exact names.
+"""qdqopt's passes, one module per ORT transformer, named as in ORT.
 
-:data:`TRANSFORMERS` maps a transformer name to its class; :data:`RULES` maps a rule name (ORT's rule name, e.g.
-``ReluQuantRewrite``) to its class. A name listed in :mod:`qdqopt.levels` but absent here is *not implemented*:
-``qdqopt passes`` says so, the manager skips it visibly, and ``qdqopt diff`` disables it on the ORT side.
+This package holds the passes and the pass contract (:mod:`qdqopt.passes.base`: :class:`GraphTransformer`,
+:class:`RewriteRule`, :class:`RuleBasedTransformer`, :class:`PassContext`), re-exported here for passes of one's
+own. It registers nothing: where each pass runs, under which name and in which order is one line of
+:data:`qdqopt.registry.PASSES`, which imports the pass classes (a pass module never imports the registry).
+
+``TRANSFORMERS``, ``RULES`` and ``is_implemented`` used to live here; they are still importable from this package
+(resolved from :mod:`qdqopt.registry` on first use), but new code imports them from :mod:`qdqopt.registry`.
 """
 
 from __future__ import annotations
 
-from qdqopt.passes.base import GraphTransformer, PassContext, RewriteRule, RuleBasedTransformer, RuleEffect
-from qdqopt.passes.constant_folding import ConstantFolding
-from qdqopt.passes.constant_sharing import ConstantSharing
-from qdqopt.passes.conv_activation_fusion import ConvActivationFusion
-from qdqopt.passes.conv_add_activation_fusion import ConvAddActivationFusion
-from qdqopt.passes.cse import CommonSubexpressionElimination
-from qdqopt.passes.double_qdq import DoubleQDQPairsRemover
-from qdqopt.passes.dynamic_quantize_matmul import DynamicQuantizeMatMulFusion
-from qdqopt.passes.ensure_unique_dq import EnsureUniqueDQForNodeUnit
-from qdqopt.passes.free_dimension_override import FreeDimensionOverrideTransformer
-from qdqopt.passes.fuse_initializers import FuseFp16InitializerToFp32NodeTransformer
-from qdqopt.passes.gather_fusion import GatherSliceToSplitFusion, GatherToSliceFusion
-from qdqopt.passes.gemm_activation_fusion import GemmActivationFusion
-from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCastTransformer
-from qdqopt.passes.matmul_add_fusion import MatMulAddFusion
-from qdqopt.passes.matmul_integer_to_float import MatMulIntegerToFloatFusion
-from qdqopt.passes.matmul_nbits_fusion import MatMulNBitsFusion
-from qdqopt.passes.matmul_scale_fusion import MatMulScaleFusion
-from qdqopt.passes.matmul_transpose_fusion import MatmulTransposeFusion
-from qdqopt.passes.memcpy import MemcpyTransformer
-from qdqopt.passes.nchwc_transformer import NchwcTransformer
-from qdqopt.passes.nhwc_transformer import NhwcTransformer
-from qdqopt.passes.qdq_final_cleanup import QDQFinalCleanupTransformer
-from qdqopt.passes.qdq_propagation import QDQPropagationTransformer
-from qdqopt.passes.qdq_s8_to_u8 import QDQS8ToU8Transformer
-from qdqopt.passes.qdq_selector_action import QDQSelectorActionTransformer
-from qdqopt.passes.reshape_fusion import ReshapeFusion
-from qdqopt.passes.rules_level1 import LEVEL1_RULE_CLASSES
-from qdqopt.passes.rules_level2 import LEVEL2_RULE_CLASSES
-from qdqopt.passes.transpose_optimizer import TransposeOptimizer, TransposeOptimizerCPU
-from qdqopt.passes.weight_bias_quantization import WeightBiasQuantization
-from qdqopt.passes.where_dummy_dq import WhereDummyDq
+from typing import TYPE_CHECKING
+
+from qdqopt.passes.base import GraphTransformer, PassContext, RewriteRule, RuleBasedTransformer, RuleEffect, Unsupported
+
+if TYPE_CHECKING:  # the names that moved to qdqopt.registry, typed for old imports (see __getattr__)
+    from qdqopt.registry import RULES, TRANSFORMERS, is_implemented
 
 __all__ = [
     "RULES",
@@ -48,50 +26,18 @@ __all__ = [
     "RewriteRule",
     "RuleBasedTransformer",
     "RuleEffect",
+    "Unsupported",
     "is_implemented",
 ]
 
-TRANSFORMERS: dict[str, type[GraphTransformer]] = {
-    FreeDimensionOverrideTransformer.name: FreeDimensionOverrideTransformer,
-    EnsureUniqueDQForNodeUnit.name: EnsureUniqueDQForNodeUnit,
-    MemcpyTransformer.name: MemcpyTransformer,
-    RemoveDuplicateCastTransformer.name: RemoveDuplicateCastTransformer,
-    InsertCastTransformer.name: InsertCastTransformer,
-    ConstantSharing.name: ConstantSharing,
-    ReshapeFusion.name: ReshapeFusion,
-    DoubleQDQPairsRemover.name: DoubleQDQPairsRemover,
-    QDQPropagationTransformer.name: QDQPropagationTransformer,
-    WhereDummyDq.name: WhereDummyDq,
-    MatMulIntegerToFloatFusion.name: MatMulIntegerToFloatFusion,
-    DynamicQuantizeMatMulFusion.name: DynamicQuantizeMatMulFusion,
-    MatMulAddFusion.name: MatMulAddFusion,
-    CommonSubexpressionElimination.name: CommonSubexpressionElimination,
-    ConstantFolding.name: ConstantFolding,
-    WeightBiasQuantization.name: WeightBiasQuantization,
-    QDQS8ToU8Transformer.name: QDQS8ToU8Transformer,
-    QDQSelectorActionTransformer.name: QDQSelectorActionTransformer,
-    GemmActivationFusion.name: GemmActivationFusion,
-    ConvActivationFusion.name: ConvActivationFusion,
-    GatherSliceToSplitFusion.name: GatherSliceToSplitFusion,
-    GatherToSliceFusion.name: GatherToSliceFusion,
-    MatMulScaleFusion.name: MatMulScaleFusion,
-    MatMulNBitsFusion.name: MatMulNBitsFusion,
-    QDQFinalCleanupTransformer.name: QDQFinalCleanupTransformer,
-    NchwcTransformer.name: NchwcTransformer,
-    NhwcTransformer.name: NhwcTransformer,
-    ConvAddActivationFusion.name: ConvAddActivationFusion,
-    TransposeOptimizer.name: TransposeOptimizer,
-    TransposeOptimizerCPU.name: TransposeOptimizerCPU,
-    FuseFp16InitializerToFp32NodeTransformer.name: FuseFp16InitializerToFp32NodeTransformer,
-    MatmulTransposeFusion.name: MatmulTransposeFusion,
-}
-
-RULES: dict[str, type[RewriteRule]] = {
-    **{rule.name: rule for rule in LEVEL1_RULE_CLASSES},
-    **{rule.name: rule for rule in LEVEL2_RULE_CLASSES},
-}
+_MOVED = frozenset({"TRANSFORMERS", "RULES", "is_implemented"})
 
 
-def is_implemented(name: str, *, rule: bool = False) -> bool:
-    """Whether qdqopt implements this transformer (or, with ``rule=True``, this rewrite rule)."""
-    return name in (RULES if rule else TRANSFORMERS)
+def __getattr__(name: str) -> object:
+    """Resolve the names that moved to :mod:`qdqopt.registry` (a compatibility alias: the registry imports the
+    passes, so this package cannot import it when it is loaded)."""
+    if name in _MOVED:
+        from qdqopt import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
