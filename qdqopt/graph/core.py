@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 import networkx as nx
 import numpy as np
@@ -79,12 +80,82 @@ class Node:
         return self.op_type if not self.domain else f"{self.domain}.{self.op_type}"
 
     def attr(self, name: str, default: object = None) -> object:
-        """The attribute's Python value (ints, floats, strings decoded), or ``default``."""
+        """The attribute's Python value (ints, floats, strings decoded), or ``default``.
+
+        Untyped: prefer the typed accessors (:meth:`attr_int`, :meth:`attr_ints`, :meth:`attr_float`,
+        :meth:`attr_floats`, :meth:`attr_str`, :meth:`attr_strs`, :meth:`attr_tensor`).
+        """
         proto = self.attributes.get(name)
         if proto is None:
             return default
         value = onnx.helper.get_attribute_value(proto)
         return value.decode() if isinstance(value, bytes) else value
+
+    # Typed accessors. Each returns the attribute's value when the node has it with that type (ONNX's
+    # AttributeProto.type; ORT's loader has checked it against the schema), else ``default`` (None unless given):
+    # ``graph_utils::GetNodeAttribute`` followed by ``attr->i()`` / ``ints()`` / ``f()`` / ``s()`` in ORT's passes.
+    def _typed(self, name: str, kind: int) -> onnx.AttributeProto | None:
+        proto = self.attributes.get(name)
+        return proto if proto is not None and proto.type == kind else None
+
+    @overload
+    def attr_int(self, name: str) -> int | None: ...
+    @overload
+    def attr_int(self, name: str, default: int) -> int: ...
+    def attr_int(self, name: str, default: int | None = None) -> int | None:
+        """An ``INT`` attribute (``attr->i()``), or ``default``."""
+        proto = self._typed(name, onnx.AttributeProto.INT)
+        return int(proto.i) if proto is not None else default
+
+    @overload
+    def attr_ints(self, name: str) -> list[int] | None: ...
+    @overload
+    def attr_ints(self, name: str, default: list[int]) -> list[int]: ...
+    def attr_ints(self, name: str, default: list[int] | None = None) -> list[int] | None:
+        """An ``INTS`` attribute as a new list (``GetRepeatedNodeAttributeValues``), or ``default``."""
+        proto = self._typed(name, onnx.AttributeProto.INTS)
+        return [int(v) for v in proto.ints] if proto is not None else default
+
+    @overload
+    def attr_float(self, name: str) -> float | None: ...
+    @overload
+    def attr_float(self, name: str, default: float) -> float: ...
+    def attr_float(self, name: str, default: float | None = None) -> float | None:
+        """A ``FLOAT`` attribute (``attr->f()``, a float32 widened to a Python float), or ``default``."""
+        proto = self._typed(name, onnx.AttributeProto.FLOAT)
+        return float(proto.f) if proto is not None else default
+
+    @overload
+    def attr_floats(self, name: str) -> list[float] | None: ...
+    @overload
+    def attr_floats(self, name: str, default: list[float]) -> list[float]: ...
+    def attr_floats(self, name: str, default: list[float] | None = None) -> list[float] | None:
+        """A ``FLOATS`` attribute as a new list, or ``default``."""
+        proto = self._typed(name, onnx.AttributeProto.FLOATS)
+        return [float(v) for v in proto.floats] if proto is not None else default
+
+    @overload
+    def attr_str(self, name: str) -> str | None: ...
+    @overload
+    def attr_str(self, name: str, default: str) -> str: ...
+    def attr_str(self, name: str, default: str | None = None) -> str | None:
+        """A ``STRING`` attribute decoded as UTF-8 (``attr->s()``), or ``default``."""
+        proto = self._typed(name, onnx.AttributeProto.STRING)
+        return proto.s.decode() if proto is not None else default
+
+    @overload
+    def attr_strs(self, name: str) -> list[str] | None: ...
+    @overload
+    def attr_strs(self, name: str, default: list[str]) -> list[str]: ...
+    def attr_strs(self, name: str, default: list[str] | None = None) -> list[str] | None:
+        """A ``STRINGS`` attribute, each decoded as UTF-8, or ``default``."""
+        proto = self._typed(name, onnx.AttributeProto.STRINGS)
+        return [v.decode() for v in proto.strings] if proto is not None else default
+
+    def attr_tensor(self, name: str) -> onnx.TensorProto | None:
+        """A ``TENSOR`` attribute (the proto itself, not a copy), or None."""
+        proto = self._typed(name, onnx.AttributeProto.TENSOR)
+        return proto.t if proto is not None else None
 
     def __repr__(self) -> str:
         return f"Node({self.index}, {self.qualified_op}, name={self.name!r})"
