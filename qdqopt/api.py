@@ -12,9 +12,11 @@ import onnx
 from qdqopt.config import SessionConfig
 from qdqopt.errors import UsageError
 from qdqopt.graph import load_model, save_model
-from qdqopt.levels import Level, all_names, parse_level
+from qdqopt.levels import Level, parse_level
 from qdqopt.manager import PipelineResult, Snapshot, run_pipeline
 from qdqopt.passes.base import Unsupported
+from qdqopt.plugins import PluginSource, resolve_plugins
+from qdqopt.registry import Plugin, all_names
 from qdqopt.target import Target
 
 __all__ = ["OptimizeResult", "optimize", "run"]
@@ -43,10 +45,15 @@ class OptimizeResult:
         """Implemented passes that do not cover this model yet (name -> reason); the run was made without them."""
         return self.pipeline.unsupported
 
+    @property
+    def plugins(self) -> list[str]:
+        """The passes of one's own that ran (registered at this level and not disabled): ORT has none of them."""
+        return self.pipeline.plugins
 
-def _check_disabled(disabled: Iterable[str]) -> tuple[str, ...]:
+
+def _check_disabled(disabled: Iterable[str], plugins: Iterable[Plugin] = ()) -> tuple[str, ...]:
     names = tuple(disabled)
-    known = all_names()
+    known = all_names() | {p.name for p in plugins}
     for name in names:
         if name not in known:
             warnings.warn(
@@ -64,20 +71,33 @@ def run(
     config: ConfigSource = None,
     target: Target | None = None,
     on_pass: Snapshot | None = None,
+    plugins: Iterable[PluginSource] = (),
 ) -> OptimizeResult:
-    """Optimize like an ORT CPU session would, and return the model with the trace."""
+    """Optimize like an ORT CPU session would, and return the model with the trace.
+
+    ``plugins`` are passes of one's own (``"module:Class"``, an installed entry point's name, a pass class or a
+    :class:`~qdqopt.registry.Plugin`: see :mod:`qdqopt.plugins`), run at their declared places and marked in the
+    trace; ``disabled`` switches them off by name like ORT's passes.
+    """
     if isinstance(disabled, str):
         raise UsageError("disabled must be a list of names, not a single string")
     lvl = parse_level(level)
     cfg = SessionConfig.from_mapping(config)
-    names = _check_disabled(disabled)
+    extra = resolve_plugins(plugins)
+    names = _check_disabled(disabled, extra)
     tgt = target or Target.detect()
     unsupported: dict[str, str] = {}
     while True:
         loaded = load_model(model, inline_local_functions=cfg.get("session.disable_aot_function_inlining") != "1")
         try:
             pipeline = run_pipeline(
-                loaded, lvl, config=cfg, disabled=set(names) | set(unsupported), target=tgt, on_pass=on_pass
+                loaded,
+                lvl,
+                config=cfg,
+                disabled=set(names) | set(unsupported),
+                target=tgt,
+                on_pass=on_pass,
+                plugins=extra,
             )
         except Unsupported as skipped:  # a pass does not cover this model: run again without it
             unsupported[skipped.name] = skipped.reason
@@ -92,6 +112,7 @@ def optimize(
     *,
     disabled: Iterable[str] = (),
     config: ConfigSource = None,
+    plugins: Iterable[PluginSource] = (),
 ) -> onnx.ModelProto:
     """Return what ORT's CPU session would write to ``optimized_model_filepath``, for the passes qdqopt implements.
 
@@ -100,5 +121,6 @@ def optimize(
         level: 0/1/2/3/99, ``"disable_all"|"basic"|"extended"|"layout"|"all"``, or ORT's enum names.
         disabled: transformer or rule names to switch off, as ORT's ``disabled_optimizers``.
         config: session config entries, e.g. ``{"session.qdqisint8allowed": "1"}``.
+        plugins: passes of one's own to slot into ORT's pipeline (see :func:`run` and :mod:`qdqopt.plugins`).
     """
-    return run(model, level, disabled=disabled, config=config).model
+    return run(model, level, disabled=disabled, config=config, plugins=plugins).model

@@ -2,8 +2,8 @@
 
 Commands::
 
-    qdqopt optimize IN -o OUT [--level L] [--disable NAME[,NAME...]]... [--config KEY=VALUE]...
-    qdqopt passes [--level L] [--config KEY=VALUE]...
+    qdqopt optimize IN -o OUT [--level L] [--disable NAME[,NAME...]]... [--config KEY=VALUE]... [--plugin REF]...
+    qdqopt passes [--level L] [--config KEY=VALUE]... [--plugin REF]...
     qdqopt trace IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--ort [--isolate]]
     qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--isolate]
     qdqopt explain IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--all]
@@ -14,6 +14,11 @@ Commands::
 run on qdqopt's side, and the output says so (and whether ORT's log shows it modifying the model). ``--isolate``
 disables those passes on both sides instead, to isolate what qdqopt reproduces; every report then says it is not a
 fidelity result.
+
+``--plugin module:Class`` (or ``file.py:Class``, or an installed entry point's name; repeatable) slots a pass of
+one's own into ORT's pipeline at the place it declares (:mod:`qdqopt.plugins`), on ``optimize``, ``passes``,
+``trace``, ``diff`` and ``explain``. ``passes`` and ``trace`` mark it as not ORT's; ``--disable`` takes its name;
+comparisons with ORT name the active ones and leave their trace lines out of the line-by-line check.
 
 Bad input (a missing file, a file that is not ONNX, a model ORT rejects, an unknown level) prints one line on
 stderr and exits with code 2. Warnings (an unknown pass name or config key, which ORT would silently ignore) go to
@@ -40,9 +45,11 @@ from qdqopt.compare import ISOLATION, compare_level, run_paired
 from qdqopt.config import SessionConfig
 from qdqopt.errors import QdqoptError, UsageError
 from qdqopt.graph.model import read_model_proto
-from qdqopt.levels import PASSES, Level, parse_level, registered_passes
-from qdqopt.passes import RULES, TRANSFORMERS, GraphTransformer
+from qdqopt.levels import Level, parse_level
+from qdqopt.passes import GraphTransformer
+from qdqopt.plugins import installed_plugins, resolve_plugins
 from qdqopt.reference import check_accepted
+from qdqopt.registry import RULES, TRANSFORMERS, Plugin, registered_passes, with_plugins
 from qdqopt.target import Target
 
 __all__ = ["main"]
@@ -53,6 +60,11 @@ EXIT_USAGE = 2
 
 def _config(items: Sequence[str] | None) -> dict[str, str]:
     return SessionConfig.from_mapping(list(items or ())).as_dict()
+
+
+def _plugins(args: argparse.Namespace) -> tuple[Plugin, ...]:
+    """The ``--plugin`` passes, loaded and placed (none when the command has no such option)."""
+    return resolve_plugins(getattr(args, "plugin", None) or ())
 
 
 def _op_counts(model: onnx.ModelProto) -> collections.Counter[str]:
@@ -94,12 +106,15 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         raise QdqoptError(f"{out}: refusing to overwrite the input model")
     before, _ = read_model_proto(source)
     check_accepted(source)
-    result = run(source, args.level, disabled=args.disable or (), config=_config(args.config))
+    plugins = _plugins(args)
+    result = run(source, args.level, disabled=args.disable or (), config=_config(args.config), plugins=plugins)
     _write_atomic(result.model, out)
     print(f"qdqopt {__version__}: {source} -> {out} at {result.level.ort_name}")
     print("\n".join(_op_table(before, result.model)))
     fired = [e for e in result.pipeline.trace if e.modified]
     print(f"passes that modified the graph: {', '.join(dict.fromkeys(e.name for e in fired)) or 'none'}")
+    if result.plugins:
+        print(f"plugins that ran (passes of your own, not ORT's): {', '.join(result.plugins)}")
     if result.unimplemented:
         print(f"not implemented in qdqopt (skipped; ORT would run them): {', '.join(result.unimplemented)}")
     for name, reason in result.unsupported.items():
@@ -109,7 +124,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 def _implementation(name: str) -> str:
     """``yes``, ``no``, or ``part``: implemented, but declining the models it does not cover yet."""
-    cls = TRANSFORMERS.get(name)
+    cls: type[GraphTransformer] | None = TRANSFORMERS.get(name)
     if cls is None:
         return "no"
     return "part" if cls.unsupported is not GraphTransformer.unsupported else "yes"
@@ -119,7 +134,9 @@ def cmd_passes(args: argparse.Namespace) -> int:
     level = parse_level(args.level)
     cfg = SessionConfig.from_mapping(list(args.config or ()))
     target = Target.detect()
-    active = {(spec.name, spec.stage): rules for spec, rules in registered_passes(level, cfg, target, set())}
+    plugins = _plugins(args)
+    plan = registered_passes(level, cfg, target, set(), plugins)
+    active = {(spec.name, spec.stage): rules for spec, rules in plan}
     print(
         f"ORT 1.32 CPU passes at {level.ort_name} (target {target.machine}, int8 allowed: "
         f"{target.with_config(cfg).int8_allowed}, NCHWc block {target.nchwc_block_size})"
@@ -127,8 +144,10 @@ def cmd_passes(args: argparse.Namespace) -> int:
     print(f"  {'#':>3}  {'name':<42} {'level':<9} {'once':<5} {'impl':<5} gated by")
     legend = "  impl: yes | no (skipped; ORT runs it: diff reports it, --isolate disables it on both sides) | part"
     legend += " (declines, with a reason, what it does not cover yet)"
+    if plugins:
+        legend += " | plugin (a pass of your own, not ORT's: ORT never runs it)"
     n = 0
-    for spec in PASSES:
+    for spec in with_plugins(plugins):
         key = (spec.name, spec.stage)
         if key not in active and not args.all:
             continue
@@ -136,7 +155,7 @@ def cmd_passes(args: argparse.Namespace) -> int:
             continue
         n += 1
         registered = key in active
-        impl = "rules" if spec.rules else _implementation(spec.name)
+        impl = "plugin" if spec.is_plugin else "rules" if spec.rules else _implementation(spec.name)
         gate = spec.gate_text + ("" if registered else "  [not registered for this session]")
         print(f"  {n:>3}  {spec.name:<42} {spec.level_label:<9} {'yes' if spec.apply_once else '':<5} {impl:<5} {gate}")
         for rule in spec.rules:
@@ -144,6 +163,9 @@ def cmd_passes(args: argparse.Namespace) -> int:
             note = rule.gate_text + ("" if kept or not registered else "  [not registered]")
             print(f"       - {rule.name:<40} {'rule':<9} {'':<5} {'yes' if rule.name in RULES else 'no':<5} {note}")
     print(legend)
+    installed = {k: v for k, v in installed_plugins().items() if k not in {p.source for p in plugins}}
+    for name, value in installed.items():
+        print(f"  installed plugin {name} = {value} (not active; --plugin {name} runs it)")
     return 0
 
 
@@ -153,16 +175,24 @@ def cmd_trace(args: argparse.Namespace) -> int:
         raise UsageError("--isolate only applies with --ort (it says how ORT is run)")
     ort_lines: list[str] | None = None
     notes: list[str] = []
+    plugins = _plugins(args)
     if args.ort:
         pair = run_paired(
-            args.input, args.level, config=_config(args.config), disabled=args.disable or (), isolate=isolate
+            args.input,
+            args.level,
+            config=_config(args.config),
+            disabled=args.disable or (),
+            isolate=isolate,
+            plugins=plugins,
         )
         result = pair.ours
         ort_lines = [str(t) for t in pair.ref.trace]
         limit = None if getattr(args, "verbose", False) else SHOWN
         notes = [pair.header(limit), *pair.notes(limit)]
     else:
-        result = run(args.input, args.level, disabled=args.disable or (), config=_config(args.config))
+        result = run(
+            args.input, args.level, disabled=args.disable or (), config=_config(args.config), plugins=plugins
+        )
     print(f"trace of {args.input} at {result.level.ort_name}")
     for note in notes:
         print(f"  {note}")
@@ -170,7 +200,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
         for name, reason in result.unsupported.items():
             print(f"  {name}: not run, qdqopt does not cover this model yet ({reason})")
     last_stage = None
-    for i, entry in enumerate(result.pipeline.trace):
+    i = 0  # the line of ORT's log this entry faces (a plugin's entry faces none)
+    for entry in result.pipeline.trace:
         stage = entry.stage if entry.stage in ("pre", "loop", "post") else f"{entry.stage} step {entry.step + 1}"
         if stage != last_stage:
             print(f"[{stage}]")
@@ -179,15 +210,19 @@ def cmd_trace(args: argparse.Namespace) -> int:
         note = "" if entry.implemented else "  (not implemented: skipped)"
         if entry.missing_rules:
             note = f"  (rules not implemented, skipped: {', '.join(entry.missing_rules)})"
+        if entry.plugin:
+            note = "  [plugin: not ORT's]"
         check = ""
-        if ort_lines is not None:
+        if ort_lines is not None and not entry.plugin:
             check = "  ok" if i < len(ort_lines) and ort_lines[i] == entry.ort_line() else "  <> ORT"
+        i += 0 if entry.plugin else 1
         print(f"  {entry.ort_line()}{('   ' + delta) if delta else ''}{note}{check}")
     if ort_lines is not None:
         same = ort_lines == result.pipeline.ort_lines()
+        extra = len(result.pipeline.trace) - len(result.pipeline.ort_lines())
         print(
-            f"ORT logged {len(ort_lines)} transformer lines; qdqopt {len(result.pipeline.trace)}: "
-            f"{'identical' if same else 'DIFFERENT'}"
+            f"ORT logged {len(ort_lines)} transformer lines; qdqopt {len(result.pipeline.ort_lines())}"
+            f"{f' (and {extra} of plugins, not checked)' if extra else ''}: {'identical' if same else 'DIFFERENT'}"
         )
         if not same:
             for i, line in enumerate(ort_lines):
@@ -217,10 +252,14 @@ def cmd_diff(args: argparse.Namespace) -> int:
     isolate = bool(args.isolate)
     limit = None if args.verbose else SHOWN
     worst = 0
+    plugins = _plugins(args)
+    own = {p.name for p in plugins}
     print(f"qdqopt vs ORT on {args.input}" + (f" with {cfg}" if cfg else ""))
-    print(f"  {_mode_line(isolate, args.disable or [])}")
+    print(f"  {_mode_line(isolate, [n for n in args.disable or [] if n not in own])}")
     for level in levels:
-        comp = compare_level(args.input, level, config=cfg, disabled=args.disable or (), isolate=isolate)
+        comp = compare_level(
+            args.input, level, config=cfg, disabled=args.disable or (), isolate=isolate, plugins=plugins
+        )
         rep = comp.report
         flags = "  ".join(f"{t}:{rep.flag(t)}" for t in rep.verdict)
         trace = "trace: same" if comp.trace_matches else "trace: DIFFERENT"
@@ -241,7 +280,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from qdqopt.explain import explain
 
     config = _config(args.config)
-    reports = explain(args.input, args.level, config=config, disabled=args.disable or ())
+    plugins = _plugins(args)
+    reports = explain(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
     int8 = Target.detect().with_config(SessionConfig.from_mapping(config, warn=False)).int8_allowed
     print(f"QDQ node units of {args.input} as QDQSelectorActionTransformer sees them (int8 allowed: {int8})")
     counts: collections.Counter[str] = collections.Counter()
@@ -266,7 +306,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if parse_level(args.level) >= Level.LAYOUT:
         from qdqopt.explain import explain_layout
 
-        layout = explain_layout(args.input, args.level, config=config, disabled=args.disable or ())
+        layout = explain_layout(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
         print(f"Convs, pools and Resizes as NhwcTransformer sees them ({len(layout)})")
         for item in layout:
             verdict = "NHWC" if item.outcome == "nhwc" else "NCHW"
@@ -337,6 +377,14 @@ def _parser() -> argparse.ArgumentParser:
     def common(p: argparse.ArgumentParser, *, disable: bool = True) -> None:
         p.add_argument("--level", "-l", default="all", help="0/1/2/3/99, disable_all|basic|extended|layout|all")
         p.add_argument("--config", "-c", action="append", metavar="KEY=VALUE", help="session config entry")
+        p.add_argument(
+            "--plugin",
+            "-p",
+            action="append",
+            metavar="MODULE:CLASS",
+            help="a pass of your own to slot into ORT's pipeline where it says (module:Class, file.py:Class or an"
+            " installed entry point's name; repeatable; see docs/adding_a_pass.md)",
+        )
         if disable:
             p.add_argument(
                 "--disable",

@@ -13,6 +13,11 @@ Two modes:
 
 Required passes cannot be disabled in ORT, so even in isolation mode a required pass qdqopt lacks shows up as a
 difference.
+
+Passes of one's own (``plugins``, :mod:`qdqopt.plugins`) run on qdqopt's side only: ORT knows nothing of them, so their
+names are never sent to ORT (disabling one touches qdqopt's side only), their trace lines are left out of the
+line-by-line check, and the notes name every one that was active. With none active (none given, or all disabled or at
+a stage the level does not run), a comparison is exactly what it is without plugins.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
@@ -30,9 +35,10 @@ from qdqopt.config import SessionConfig
 from qdqopt.diff import TIERS, DiffReport, compare
 from qdqopt.errors import UsageError
 from qdqopt.graph.model import read_model_proto
-from qdqopt.levels import PASSES, Level, parse_level, registered_passes
-from qdqopt.passes import RULES, TRANSFORMERS
+from qdqopt.levels import Level, parse_level
+from qdqopt.plugins import PluginSource, resolve_plugins
 from qdqopt.reference import ReferenceRun, TraceLine, run_reference
+from qdqopt.registry import PASSES, implementation, registered_passes, rule_implementation
 from qdqopt.target import Target
 
 __all__ = [
@@ -88,6 +94,12 @@ class RunSetup:
     lacking: list[str]
     unsupported: dict[str, str]
     ort_trace: list[TraceLine]
+    #: passes of one's own active on qdqopt's side (name -> where it was placed); ORT has none of them
+    plugins: dict[str, str] = field(default_factory=dict)
+    #: of :attr:`plugins`, those that modified the model
+    plugins_modified: list[str] = field(default_factory=list)
+    #: passes of one's own that declined the model (name -> reason): they did not run
+    plugins_declined: dict[str, str] = field(default_factory=dict)
 
     @property
     def ort_disabled(self) -> list[str]:
@@ -111,7 +123,26 @@ class RunSetup:
             return isolation_header(names)
         return _as_run_header(self.user_disabled)
 
+    def plugin_notes(self) -> list[str]:
+        """The lines naming the passes of one's own that were active (none when none was)."""
+        out: list[str] = []
+        if self.plugins:
+            named = [
+                f"{n} ({where}{', modified the model' if n in self.plugins_modified else ', no change'})"
+                for n, where in self.plugins.items()
+            ]
+            tail = "differences expected" if self.plugins_modified else "it changed nothing here"
+            out.append(
+                f"plugins active on qdqopt's side only (not ORT's passes; their trace lines are left out of the "
+                f"line-by-line check): {', '.join(named)}: {tail}"
+            )
+        out += [f"plugin {n} declined this model ({r}): it did not run" for n, r in self.plugins_declined.items()]
+        return out
+
     def notes(self, limit: int | None = None) -> list[str]:
+        return [*self.plugin_notes(), *self._ort_notes(limit)]
+
+    def _ort_notes(self, limit: int | None = None) -> list[str]:
         if self.mode == ISOLATION:
             out = [
                 f"{n} does not cover this model yet: {r} (disabled on both sides)" for n, r in self.unsupported.items()
@@ -168,8 +199,8 @@ def unimplemented_names(level: Level, config: SessionConfig, target: Target, dis
         if spec.required:  # ORT cannot switch these off: they must be implemented
             continue
         if spec.rules:
-            out.extend(r.name for r in rules if r.name not in RULES)
-        elif spec.name not in TRANSFORMERS:
+            out.extend(r.name for r in rules if rule_implementation(r) is None)
+        elif implementation(spec) is None:
             out.append(spec.name)
     return out
 
@@ -212,13 +243,18 @@ class PairedRun:
         """Everything ORT ran with in ``disabled_optimizers`` (disabled on qdqopt's side too)."""
         return self.sides.ort_disabled
 
+    @property
+    def plugins(self) -> list[str]:
+        """The passes of one's own that were active on qdqopt's side (ORT has none of them)."""
+        return list(self.sides.plugins)
+
     def header(self, limit: int | None = None) -> str:
         """One line saying how ORT was run (in isolation mode, what it disabled on both sides)."""
         return self.sides.header(limit)
 
     def notes(self, limit: int | None = None) -> list[str]:
-        """Plain lines naming what ran on ORT's side only (and whether ORT's log shows it modifying the model), or
-        what isolation mode could not disable; ``limit`` shortens long lists of names."""
+        """Plain lines naming the active plugins, what ran on ORT's side only (and whether ORT's log shows it
+        modifying the model), or what isolation mode could not disable; ``limit`` shortens long lists of names."""
         return self.sides.notes(limit)
 
 
@@ -230,30 +266,44 @@ def run_paired(
     disabled: Iterable[str] = (),
     isolate: bool = False,
     target: Target | None = None,
+    plugins: Iterable[PluginSource] = (),
 ) -> PairedRun:
-    """Run qdqopt and ORT on the same model and setup, as ORT runs or in isolation mode (see the module doc)."""
+    """Run qdqopt and ORT on the same model and setup, as ORT runs or in isolation mode (see the module doc).
+
+    ``plugins`` run on qdqopt's side only; ``disabled`` may name them (they are then off, and ORT never hears of
+    them).
+    """
     if isinstance(disabled, str):
         raise UsageError("disabled must be a list of names, not a single string")
     lvl = parse_level(level)
     cfg = SessionConfig.from_mapping(config, warn=False)
     tgt = target or Target.detect()
-    names = list(disabled)
+    extra = resolve_plugins(plugins)
+    own = {p.name for p in extra}
+    asked = list(disabled)
+    names = [n for n in asked if n not in own]  # what ORT hears of
     auto = unimplemented_names(lvl, cfg, tgt, set(names) | set(cfg.disabled_by_config())) if isolate else []
     off = names + [n for n in auto if n not in names]
     proto, base = read_model_proto(model)
-    ours = run(proto if base is None else model, lvl, disabled=off, config=cfg.as_dict(), target=tgt)
+    ours_off = off + [n for n in asked if n in own]
+    source = proto if base is None else model
+    ours = run(source, lvl, disabled=ours_off, config=cfg.as_dict(), target=tgt, plugins=extra)
     if isolate:  # a pass that does not cover this model runs on neither side
-        gated = [n for n in ours.unsupported if n not in off]
+        gated = [n for n in ours.unsupported if n not in off and n not in own]
         auto += gated
         off += gated
     ref = run_reference(model, lvl, config=cfg.as_dict(), disabled=off)
+    placed = {spec.name: spec.placement for spec, _ in registered_passes(lvl, cfg, tgt, set(), extra) if spec.is_plugin}
     sides = RunSetup(
         mode=ISOLATION if isolate else AS_RUN,
         user_disabled=names,
         auto_disabled=[n for n in auto if n not in names],
         lacking=list(dict.fromkeys(ours.unimplemented)),  # a pass registered at two stages is named once
-        unsupported=dict(ours.unsupported),
+        unsupported={n: r for n, r in ours.unsupported.items() if n not in own},
         ort_trace=list(ref.trace),
+        plugins={n: placed.get(n, "") for n in ours.plugins},
+        plugins_modified=list(dict.fromkeys(e.name for e in ours.pipeline.trace if e.plugin and e.modified)),
+        plugins_declined={n: r for n, r in ours.unsupported.items() if n in own},
     )
     return PairedRun(ours, ref, sides, base)
 
@@ -322,7 +372,13 @@ class LevelComparison:
         return self.sides.ort_only_modified
 
     @property
+    def plugins(self) -> list[str]:
+        """The passes of one's own that were active on qdqopt's side (ORT has none of them)."""
+        return list(self.sides.plugins)
+
+    @property
     def trace_matches(self) -> bool:
+        """Whether qdqopt's trace lines equal ORT's log (plugins' lines are not in :attr:`ours_lines`)."""
         return self.ours_lines == self.ort_lines
 
     def header(self, limit: int | None = None) -> str:
@@ -349,6 +405,7 @@ def compare_level(
     tiers: Iterable[str] = TIERS,
     target: Target | None = None,
     strict: bool | None = None,
+    plugins: Iterable[PluginSource] = (),
 ) -> LevelComparison:
     """Run qdqopt and ORT on the same model and setup, and compare their outputs.
 
@@ -357,9 +414,13 @@ def compare_level(
         isolate: also disable on both sides what qdqopt lacks and the passes that decline the model (isolation
             mode: not a fidelity result, and the report says so). By default ORT runs as a user runs it.
         strict: deprecated; ``strict=True`` is the default now, ``strict=False`` means ``isolate=True``.
+        plugins: passes of one's own, run on qdqopt's side only (:mod:`qdqopt.plugins`); the notes name the active
+            ones, and their trace lines are left out of :attr:`LevelComparison.trace_matches`.
     """
     isolate = _resolve_mode(isolate, strict)
-    pair = run_paired(model, level, config=config, disabled=disabled, isolate=isolate, target=target)
+    pair = run_paired(
+        model, level, config=config, disabled=disabled, isolate=isolate, target=target, plugins=plugins
+    )
     report = compare(pair.ours.model, pair.ref.model, tiers=tiers, base_dir=pair.base_dir)
     report.mode = pair.mode
     report.ort_disabled = pair.ort_disabled

@@ -21,7 +21,8 @@ from qdqopt.errors import UsageError
 from qdqopt.graph import load_model
 from qdqopt.levels import Level, parse_level
 from qdqopt.manager import run_pipeline
-from qdqopt.passes import TRANSFORMERS
+from qdqopt.plugins import PluginSource, resolve_plugins
+from qdqopt.registry import TRANSFORMERS
 from qdqopt.target import Target
 
 __all__ = ["FUSION_PASS", "NHWC_PASS", "LayoutReport", "explain", "explain_layout"]
@@ -60,8 +61,10 @@ def explain(
     *,
     config: Mapping[str, object] | Iterable[str] | None = None,
     disabled: Iterable[str] = (),
+    plugins: Iterable[PluginSource] = (),
 ) -> list[object]:
-    """The unit reports (``qdqopt.passes.qdq_selector_action.UnitReport``) for the model at this level."""
+    """The unit reports (``qdqopt.passes.qdq_selector_action.UnitReport``) for the model at this level (after the
+    ``plugins`` placed before the fusion pass have run)."""
     if FUSION_PASS not in TRANSFORMERS:
         raise UsageError(f"explain needs {FUSION_PASS}, which qdqopt does not implement yet")
     from qdqopt.passes.qdq_selector_action import explain_units
@@ -70,7 +73,13 @@ def explain(
     cfg = SessionConfig.from_mapping(config)
     loaded = load_model(model)
     result = run_pipeline(
-        loaded, lvl, config=cfg, disabled=set(disabled), target=Target.detect(), stop_before=FUSION_PASS
+        loaded,
+        lvl,
+        config=cfg,
+        disabled=set(disabled),
+        target=Target.detect(),
+        stop_before=FUSION_PASS,
+        plugins=resolve_plugins(plugins),
     )
     if not result.stopped or result.context is None:
         raise UsageError(
@@ -86,6 +95,7 @@ def explain_layout(
     *,
     config: Mapping[str, object] | Iterable[str] | None = None,
     disabled: Iterable[str] = (),
+    plugins: Iterable[PluginSource] = (),
 ) -> list[LayoutReport]:
     """For every conv, pool and Resize as NhwcTransformer sees them: whether it went to NHWC and, if not, why.
 
@@ -104,7 +114,10 @@ def explain_layout(
     cfg = SessionConfig.from_mapping(config)
     loaded = load_model(model)
     target = Target.detect()
-    result = run_pipeline(loaded, lvl, config=cfg, disabled=set(disabled), target=target, stop_before=NHWC_PASS)
+    extra = resolve_plugins(plugins)
+    result = run_pipeline(
+        loaded, lvl, config=cfg, disabled=set(disabled), target=target, stop_before=NHWC_PASS, plugins=extra
+    )
     if not result.stopped:
         raise UsageError(f"{NHWC_PASS} does not run in this session (disabled, or session.disable_quant_qdq=1)")
     graph = loaded.graph
