@@ -507,9 +507,12 @@ def _place(table: list[PassSpec], plugin: Plugin) -> None:
             and (s.name == anchor or any(r.name == anchor for r in s.rules))
         ]
         if not hits:
+            elsewhere = [s.stage for s in table if s.name == anchor or any(r.name == anchor for r in s.rules)]
+            if elsewhere:
+                where = f"{stage}" if stage else "L1..L4 (a plugin joins an optimization level)"
+                raise UsageError(f"plugin {name}: {anchor!r} runs at {', '.join(elsewhere)}, not at {where}")
             known = {s.name for s in table} | {r.name for s in table for r in s.rules}
-            where = f" at {stage}" if stage else " at L1..L4"
-            raise UsageError(f"plugin {name}: no pass or rule named {anchor!r}{where}{_suggest(anchor, known)}")
+            raise UsageError(f"plugin {name}: no pass or rule named {anchor!r}{_suggest(anchor, known)}")
         if len(hits) > 1:
             stages = ", ".join(table[i].stage for i in hits)
             raise UsageError(f"plugin {name}: {anchor!r} is registered at {stages}: say which with level=")
