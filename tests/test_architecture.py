@@ -54,6 +54,20 @@ ABOVE_PASSES = frozenset(
     }
 )
 
+#: The layers, bottom first (docs/architecture.md draws them): a module imports only from its own layer or below.
+#: A module is in the layer of the longest prefix listed; a new top-level module must be given a layer here.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("qdqopt.errors", "qdqopt.config", "qdqopt.target", "qdqopt.levels", "qdqopt.events"),
+    ("qdqopt.graph",),
+    ("qdqopt.partition", "qdqopt.kernels", "qdqopt.evaluate"),
+    ("qdqopt.passes",),
+    ("qdqopt.registry",),
+    ("qdqopt.manager", "qdqopt.plugins"),
+    ("qdqopt.api", "qdqopt.reference", "qdqopt.diff", "qdqopt"),  # the package itself re-exports the API
+    ("qdqopt.compare", "qdqopt.explain"),
+    ("qdqopt.cli",),
+)
+
 #: What the bottom layers may import from qdqopt, at all.
 BOTTOM = {
     "qdqopt.errors": set(),
@@ -219,6 +233,28 @@ def test_no_import_circle_but_the_known_deferred_ones() -> None:
 def test_known_deferred_edges_still_exist(src: str, dst: str) -> None:
     """An entry of KNOWN_DEFERRED whose import is gone is dropped from the list, so that it stays a true account."""
     assert any(e.src == src and e.dst == dst and e.kind == "deferred" for e in EDGES), (src, dst)
+
+
+def _layer(module: str) -> int | None:
+    best: tuple[int, int] | None = None
+    for i, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[1]):
+                best = (i, len(prefix))
+    return None if best is None else best[0]
+
+
+def test_every_module_has_a_layer() -> None:
+    assert not [m for m in MODULES if _layer(m) is None], "give it a layer in LAYERS and docs/architecture.md"
+
+
+def test_imports_go_down_the_layers() -> None:
+    upward = [
+        f"{e.src}:{e.line} -> {e.dst} ({e.kind})"
+        for e in EDGES
+        if (_layer(e.dst) or 0) > (_layer(e.src) or 0) and (e.src, e.dst) not in KNOWN_DEFERRED
+    ]
+    assert not upward, f"imports up the layers (see docs/architecture.md): {upward}"
 
 
 def test_networkx_stays_in_the_graph_core() -> None:
