@@ -63,7 +63,7 @@ from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import check_output_edges, produces_graph_output, refine_cached_type
 
-__all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "ConstantFolding", "ShapeSource", "is_deterministic"]
+__all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "ConstantFolding", "ShapeSource", "is_deterministic", "update_shape_inference"]
 
 DEFAULT_MAX_OUTPUT_BYTES = 1 << 30
 _INT64_MAX = 2**63 - 1
