@@ -13,8 +13,6 @@ ORT 1.32, live.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +23,6 @@ from fixtures.handbuilt import transpose as transpose_fixtures
 from qdqopt.compare import compare_level
 from qdqopt.graph import Graph
 from qdqopt.graph.model import load_model
-from qdqopt.passes import TRANSFORMERS
 from qdqopt.passes.transpose_optimization import OptimizerCtx, cost, make_ctx
 from qdqopt.passes.transpose_optimization.perms import invert_perm
 from qdqopt.passes.transpose_optimizer import TransposeOptimizer, TransposeOptimizerCPU
@@ -55,22 +52,6 @@ FIRING = [
 NAMES = (TransposeOptimizer.name, TransposeOptimizerCPU.name)
 
 
-@contextmanager
-def registered() -> Iterator[None]:
-    """Register both passes for the test (a no-op once qdqopt.passes registers them itself)."""
-    saved = {n: TRANSFORMERS.get(n) for n in NAMES}
-    TRANSFORMERS[TransposeOptimizer.name] = TransposeOptimizer
-    TRANSFORMERS[TransposeOptimizerCPU.name] = TransposeOptimizerCPU
-    try:
-        yield
-    finally:
-        for n, cls in saved.items():
-            if cls is None:
-                TRANSFORMERS.pop(n, None)
-            else:
-                TRANSFORMERS[n] = cls
-
-
 def _corpus(rel: str) -> Path:
     path = CORPUS / rel
     if not path.is_file():
@@ -79,8 +60,7 @@ def _corpus(rel: str) -> Path:
 
 
 def _check(model: Path | onnx.ModelProto, level: str, config: dict[str, str]) -> None:
-    with registered():
-        comp = compare_level(model, level, config=config)  # as ORT runs: only qdqopt's side could decline
+    comp = compare_level(model, level, config=config)  # as ORT runs
     assert not [n for n in comp.unsupported if n in NAMES], comp.unsupported
     assert comp.report.holds("P"), "\n".join(comp.report.lines())
     assert comp.ours_lines == comp.ort_lines

@@ -16,7 +16,6 @@ import pytest
 from fixtures.handbuilt import transpose as transpose_fixtures
 from qdqopt.compare import compare_level
 from qdqopt.graph.model import load_model
-from qdqopt.passes import TRANSFORMERS
 from qdqopt.passes import transpose_optimizer as pass_module
 from qdqopt.passes.transpose_optimization import OptimizerCtx, make_ctx, optimize
 from qdqopt.passes.transpose_optimization.api import UNTYPED
@@ -31,17 +30,7 @@ def _fixture(name: str) -> onnx.ModelProto:
 
 def _compare(model: onnx.ModelProto, level: str = "basic") -> bool:
     """Whether qdqopt's saved model equals ORT's byte for byte, with both transpose optimizers on both sides."""
-    saved = {n: TRANSFORMERS.get(n) for n in NAMES}
-    TRANSFORMERS[TransposeOptimizer.name] = TransposeOptimizer
-    TRANSFORMERS[TransposeOptimizerCPU.name] = TransposeOptimizerCPU
-    try:
-        comp = compare_level(model, level)
-    finally:
-        for n, cls in saved.items():
-            if cls is None:
-                TRANSFORMERS.pop(n, None)
-            else:
-                TRANSFORMERS[n] = cls
+    comp = compare_level(model, level)
     assert not [n for n in comp.unsupported if n in NAMES], comp.unsupported
     return comp.report.holds("P")
 
