@@ -525,7 +525,7 @@ def _place(table: list[PassSpec], plugin: Plugin) -> None:
         stage,
         impl,
         apply_once=plugin.apply_once,
-        gate_text=f"plugin {label} ({placement}); not ORT's",
+        gate_text=f"from {label} ({placement}); not ORT's",
         eps=tuple(getattr(impl, "compatible_eps", ())),
         qdq="-",
         plugin=label,

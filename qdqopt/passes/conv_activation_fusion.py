@@ -146,21 +146,16 @@ def _fused_op(conv: Node) -> tuple[str, str]:
     return "Conv", domain
 
 
-def _attr_float(node: Node, name: str, default: float) -> float:
-    attr = node.attributes.get(name)
-    return float(attr.f) if attr is not None else default
-
-
 def activation_params(graph: Graph, activation: Node) -> list[float]:
     """``activation_params`` of ``FuseConvActivationAction::ExtraAttributes`` (empty: no attribute)."""
     if activation.op_type == "LeakyRelu":
-        return [_attr_float(activation, "alpha", 0.01)]
+        return [activation.attr_float("alpha", 0.01)]
     if activation.op_type == "Clip":
         bounds = clip_constant_min_max(graph, activation)
         assert bounds is not None, "the selector checked that the Clip bounds are constant"
         return [bounds[0], bounds[1]]
     if activation.op_type == "HardSigmoid":
-        return [_attr_float(activation, "alpha", 0.2), _attr_float(activation, "beta", 0.5)]
+        return [activation.attr_float("alpha", 0.2), activation.attr_float("beta", 0.5)]
     return []
 
 

@@ -218,7 +218,7 @@ def _is_candidate(node: Node, compatible: tuple[str, ...], types: ValueTypes) ->
 
 
 def _side_skipped(node: Node, attr: str) -> bool:
-    return node.op_type == "FusedMatMul" and int(node.attr(attr, 0)) != 0  # type: ignore[call-overload]
+    return node.op_type == "FusedMatMul" and node.attr_int(attr, 0) != 0
 
 
 def _same_rank(types: ValueTypes, a: str, b: str) -> bool:
@@ -286,12 +286,11 @@ class MatmulTransposeFusion(GraphTransformer):
 
         alpha = 1.0
         if node.op_type == "FusedMatMul":
-            trans_a ^= bool(node.attr("transA", 0))
-            trans_b ^= bool(node.attr("transB", 0))
-            trans_batch_a ^= bool(node.attr("transBatchA", 0))
-            trans_batch_b ^= bool(node.attr("transBatchB", 0))
-            alpha_attr = node.attributes.get("alpha")
-            alpha = alpha_attr.f if alpha_attr is not None else 1.0
+            trans_a ^= bool(node.attr_int("transA", 0))
+            trans_b ^= bool(node.attr_int("transB", 0))
+            trans_batch_a ^= bool(node.attr_int("transBatchA", 0))
+            trans_batch_b ^= bool(node.attr_int("transBatchB", 0))
+            alpha = node.attr_float("alpha", 1.0)
         make = onnx.helper.make_attribute
         attributes = {
             "transA": make("transA", int(trans_a)),

@@ -68,12 +68,10 @@ class OpTransformInfo:
 
 
 def _fp16_conv_filter(ctx: OptimizerCtx, node: Node) -> bool:
-    dilations = node.attr("dilations")
-    if isinstance(dilations, list) and (
-        (len(dilations) >= 1 and dilations[0] != 1) or (len(dilations) >= 2 and dilations[1] != 1)
-    ):
+    dilations = node.attr_ints("dilations", [])
+    if (len(dilations) >= 1 and dilations[0] != 1) or (len(dilations) >= 2 and dilations[1] != 1):
         return False
-    return node.attr("group", 1) == 1
+    return node.attr_int("group", 1) == 1
 
 
 def _kleidiai_filter(ctx: OptimizerCtx, node: Node) -> bool:

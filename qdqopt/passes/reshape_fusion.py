@@ -110,15 +110,10 @@ def _first_arg_count(graph: Graph, node: Node) -> int:
     return counts[0] if counts else 0
 
 
-def _ints(node: Node, name: str) -> list[int] | None:
-    attr = node.attributes.get(name)
-    return None if attr is None else [int(v) for v in attr.ints]
-
-
 def _unsqueeze_axes(graph: Graph, node: Node) -> list[int] | None:
     """``GetAxesFromUnsqueezeNode``."""
     if node.since_version in (1, 11):
-        return _ints(node, "axes")
+        return node.attr_ints("axes")
     if len(node.inputs) > 1:
         axes: list[int] = []
         return axes if _append_initializer(graph, node.inputs[1], axes) else None
@@ -127,9 +122,7 @@ def _unsqueeze_axes(graph: Graph, node: Node) -> list[int] | None:
 
 def _is_full_shape(node: Node) -> bool:
     """``graph_utils::IsFullShapeNode``: no ``start``/``end`` slicing."""
-    start = node.attributes.get("start")
-    end = node.attributes.get("end")
-    return (start is None or int(start.i) == 0) and (end is None or int(end.i) == INT64_MAX)
+    return node.attr_int("start", 0) == 0 and node.attr_int("end", INT64_MAX) == INT64_MAX
 
 
 # ----------------------------------------------------------------------------------------------- the pass
@@ -149,8 +142,7 @@ class ReshapeFusion(GraphTransformer):
                 continue
             if not self.node_is_compatible(node):
                 continue
-            allowzero = node.attributes.get("allowzero")
-            if allowzero is not None and allowzero.HasField("i") and int(allowzero.i) != 0:
+            if node.attr_int("allowzero", 0) != 0:
                 continue
             if self._fuse_subgraph(graph, node) or self._fuse_contiguous(graph, node):
                 modified = True
@@ -343,8 +335,8 @@ class ReshapeFusion(GraphTransformer):
             _append_initializer(graph, slice_node.inputs[1], starts)
             _append_initializer(graph, slice_node.inputs[2], ends)
         else:  # ORT reads the Slice-1 attributes here, whatever the Slice version
-            starts = _ints(slice_node, "starts") or []
-            ends = _ints(slice_node, "ends") or []
+            starts = slice_node.attr_ints("starts") or []
+            ends = slice_node.attr_ints("ends") or []
         if len(starts) != 1 or len(ends) != 1:
             return False
         start, end = starts[0], ends[0]
@@ -361,10 +353,8 @@ class ReshapeFusion(GraphTransformer):
             nxt = output_nodes(graph, current)[0]
             if nxt.op_type not in ("Reshape", "Squeeze", "Unsqueeze"):
                 break
-            if nxt.op_type == "Reshape":
-                allowzero = nxt.attributes.get("allowzero")
-                if allowzero is not None and allowzero.HasField("i") and int(allowzero.i) != 0:
-                    break
+            if nxt.op_type == "Reshape" and nxt.attr_int("allowzero", 0) != 0:
+                break
             out_shape = value_shape(graph, nxt.outputs[0])
             if out_shape is None or _element_count(out_shape) is None:
                 break

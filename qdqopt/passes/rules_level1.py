@@ -97,26 +97,6 @@ _HALF = frozenset({TP.FLOAT16, TP.BFLOAT16})
 
 
 # --------------------------------------------------------------------------------------------------- helpers
-def _attr(node: Node, name: str) -> onnx.AttributeProto | None:
-    return node.attributes.get(name)
-
-
-def _ints_attr(node: Node, name: str) -> list[int] | None:
-    """``GetRepeatedNodeAttributeValues``: the ints of the attribute, or None if it is absent."""
-    attr = _attr(node, name)
-    return None if attr is None else [int(v) for v in attr.ints]
-
-
-def _int_attr(node: Node, name: str, default: int = 0) -> int:
-    attr = _attr(node, name)
-    return int(attr.i) if attr is not None else default
-
-
-def _float_attr(node: Node, name: str, default: float) -> float:
-    attr = _attr(node, name)
-    return float(attr.f) if attr is not None else default
-
-
 def _tensor(graph: Graph, name: str) -> onnx.TensorProto | None:
     found = constant_initializer(graph, name)
     return None if found is None else found[1]
@@ -274,11 +254,11 @@ class EliminateSlice(_RemoveNodeRule):
         if not can_remove_node(graph, node):
             return "cannot remove"
         if node.since_version == 1:
-            starts = _ints_attr(node, "starts")
-            ends = _ints_attr(node, "ends")
+            starts = node.attr_ints("starts")
+            ends = node.attr_ints("ends")
             if starts is None or ends is None or len(starts) != len(ends):
                 return "starts/ends attributes"
-            axes = _ints_attr(node, "axes")
+            axes = node.attr_ints("axes")
             if axes is not None and len(axes) != len(starts):
                 return "axes attribute"
         else:
@@ -329,7 +309,7 @@ class UnsqueezeElimination(RewriteRule):
         new_name = graph.generate_value_name("UnsqueezeElimination_" + source)
         if not can_replace_node_with_initializer(graph, node, new_name):
             return RuleEffect.NONE
-        axes = _ints_attr(node, "axes")
+        axes = node.attr_ints("axes")
         if axes is None:
             return RuleEffect.NONE
         rank = len(axes) + len(tensor.dims)
@@ -413,8 +393,7 @@ class CastElimination(_RemoveNodeRule):
         elem = value_elem_type(graph, node.inputs[0])
         if elem is None:
             return "input type unknown"
-        to = _attr(node, "to")
-        return _reason(to is not None and to.HasField("i") and int(to.i) == elem, "casts to another type")
+        return _reason(node.attr_int("to") == elem, "casts to another type")
 
 
 class CastChainElimination(RewriteRule):
@@ -554,7 +533,7 @@ class FuseReluClip(RewriteRule):
         replace_min = False
         replacement: onnx.TensorProto | None = None
         if attributes:
-            replace_min = _float_attr(clip, "min", float(-np.finfo(np.float32).max)) < 0.0
+            replace_min = clip.attr_float("min", float(-np.finfo(np.float32).max)) < 0.0
         else:
             min_name = clip.inputs[1] if len(clip.inputs) > 1 and clip.inputs[1] else None
             tensor = None
@@ -633,9 +612,9 @@ class GemmSumFusion(RewriteRule):
         return _reason(valid, "C shape not broadcastable by Gemm")
 
     def apply(self, graph: Graph, node: Node, ctx: PassContext) -> RuleEffect:
-        trans_a = _int_attr(node, "transA")
-        trans_b = _int_attr(node, "transB")
-        alpha = _float_attr(node, "alpha", 1.0)
+        trans_a = node.attr_int("transA", 0)
+        trans_b = node.attr_int("transB", 0)
+        alpha = node.attr_float("alpha", 1.0)
         sum_node = output_nodes(graph, node)[0]
         other = sum_node.inputs[1] if sum_node.inputs[0] == node.outputs[0] else sum_node.inputs[0]
         attributes = {
@@ -699,8 +678,8 @@ class GemmTransposeFusion(RewriteRule):
         a_node = input_node(graph, node, 0)
         b_node = input_node(graph, node, 1)
         consumers = output_nodes(graph, node)
-        trans_a = bool(_int_attr(node, "transA"))
-        trans_b = bool(_int_attr(node, "transB"))
+        trans_a = bool(node.attr_int("transA", 0))
+        trans_b = bool(node.attr_int("transB", 0))
         to_remove: list[Node] = []
         inputs = list(node.inputs)
         for slot, producer in ((0, a_node), (1, b_node)):
@@ -723,8 +702,8 @@ class GemmTransposeFusion(RewriteRule):
         attributes = {
             "transA": onnx.helper.make_attribute("transA", int(trans_a)),
             "transB": onnx.helper.make_attribute("transB", int(trans_b)),
-            "alpha": onnx.helper.make_attribute("alpha", _float_attr(node, "alpha", 1.0)),
-            "beta": onnx.helper.make_attribute("beta", _float_attr(node, "beta", 1.0)),
+            "alpha": onnx.helper.make_attribute("alpha", node.attr_float("alpha", 1.0)),
+            "beta": onnx.helper.make_attribute("beta", node.attr_float("beta", 1.0)),
         }
         new_node = graph.add_node(
             graph.generate_node_name(node.name + "/GemmTransposeFusion/"),
@@ -922,10 +901,9 @@ class ConvBNFusion(RewriteRule):
 
     def apply(self, graph: Graph, node: Node, ctx: PassContext) -> RuleEffect:
         bn = output_nodes(graph, node)[0]
-        eps_attr = _attr(bn, "epsilon")
-        if eps_attr is None or eps_attr.type != onnx.AttributeProto.FLOAT:
+        epsilon = bn.attr_float("epsilon")
+        if epsilon is None:
             return RuleEffect.NONE
-        epsilon = float(eps_attr.f)
         params = [_tensor(graph, bn.inputs[i]) for i in range(1, 5)]
         weight = _tensor(graph, node.inputs[1])
         assert weight is not None and all(p is not None for p in params)
@@ -999,10 +977,8 @@ class PadFusion(RewriteRule):
                 value = _array(graph, node.inputs[2])
                 if any(np.ascontiguousarray(value).tobytes()):
                     return "constant_value is not zero"
-        else:
-            value_attr = _attr(node, "value")
-            if value_attr is not None and float(value_attr.f) != 0.0:
-                return "value is not zero"
+        elif node.attr_float("value", 0.0) != 0.0:
+            return "value is not zero"
         child = output_nodes(graph, node)[0]
         if is_supported_op(child, "Cast", (1, 6, 9, 13, 19, 21, 23, 24, 25)):
             if output_edge_count(graph, child) != 1:
@@ -1017,7 +993,7 @@ class PadFusion(RewriteRule):
         if node.since_version >= 11:
             pads = [int(v) for v in _array(graph, node.inputs[1]).reshape(-1)]
         else:
-            pads = _ints_attr(node, "pads") or []
+            pads = node.attr_ints("pads") or []
         size = len(pads)
         if size < 4 or size % 2:
             return RuleEffect.NONE
@@ -1027,10 +1003,10 @@ class PadFusion(RewriteRule):
             return RuleEffect.NONE
         child = output_nodes(graph, node)[0]
         target = output_nodes(graph, child)[0] if child.op_type == "Cast" else child
-        existing = _attr(target, "pads")
-        if existing is not None and len(existing.ints) and len(existing.ints) != size - 4:
+        existing = target.attr_ints("pads")
+        if existing and len(existing) != size - 4:
             return RuleEffect.NONE
-        if existing is None or not len(existing.ints):
+        if not existing:
             graph.set_attribute(target, onnx.helper.make_attribute("pads", [0] * (size - 4)))
         attr = copy.deepcopy(target.attributes["pads"])
         child_pads = [int(v) for v in attr.ints]
@@ -1062,9 +1038,8 @@ def _verify_pad_child(child: Node) -> str | None:
     if auto_pad is not None and auto_pad != "NOTSET":
         return "child uses auto_pad"
     if child.op_type == "AveragePool":
-        pads = _ints_attr(child, "pads") or []
-        count_include_pad = _attr(child, "count_include_pad")
-        if any(v != 0 for v in pads) and count_include_pad is not None and int(count_include_pad.i) == 0:
+        pads = child.attr_ints("pads") or []
+        if any(v != 0 for v in pads) and child.attr_int("count_include_pad", 1) == 0:
             return "AveragePool already pads without count_include_pad"
     return None
 
@@ -1114,10 +1089,9 @@ class MatmulBNFusion(RewriteRule):
         child = output_nodes(graph, node)[0]
         bn = _bn_path(graph, node)
         assert bn is not None
-        eps_attr = _attr(bn, "epsilon")
-        if eps_attr is None or eps_attr.type != onnx.AttributeProto.FLOAT:
+        epsilon = bn.attr_float("epsilon")
+        if epsilon is None:
             return RuleEffect.NONE
-        epsilon = float(eps_attr.f)
         scale_t, bias_t, mean_t, var_t = (_tensor(graph, bn.inputs[i]) for i in range(1, 5))
         b_t = _tensor(graph, node.inputs[1])
         assert scale_t is not None and bias_t is not None and mean_t is not None and var_t is not None

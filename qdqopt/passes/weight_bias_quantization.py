@@ -117,11 +117,6 @@ def weight_quantization_parameters(weights: np.ndarray) -> tuple[np.float32, np.
     return scale, np.int8(np.rint(clamped))
 
 
-def _int_attr(node: Node, name: str) -> int | None:
-    value = node.attr(name)
-    return int(value) if isinstance(value, int) else None
-
-
 # ------------------------------------------------------------------------------------------------ rewrite
 def _rewrite(graph: Graph, node: Node, shapes: ShapeSource) -> bool:
     if len(node.inputs) < 2:
@@ -160,11 +155,11 @@ def _rewrite(graph: Graph, node: Node, shapes: ShapeSource) -> bool:
             per_tensor = False
             if scale_shape is None or len(scale_shape) != 1 or scale_shape[0] is None or scale_shape[0] != bias_size:
                 return False
-            block_size = _int_attr(dq1, "block_size")
+            block_size = dq1.attr_int("block_size")
             if block_size is not None and block_size != 0:
                 return False
             axis = 1
-            explicit_axis = _int_attr(dq1, "axis")
+            explicit_axis = dq1.attr_int("axis")
             if explicit_axis is not None:
                 axis = explicit_axis
                 if axis < 0:
@@ -178,7 +173,7 @@ def _rewrite(graph: Graph, node: Node, shapes: ShapeSource) -> bool:
                     axis += len(weight_shape)
             expected = 0
             if node.op_type == "Gemm":
-                expected = 1 if (_int_attr(node, "transB") or 0) == 0 else 0
+                expected = 1 if node.attr_int("transB", 0) == 0 else 0
             elif node.op_type == "ConvTranspose":
                 expected = 1
             if axis != expected:

@@ -113,7 +113,7 @@ class MatMulNBitsAction(Action):
         return "com.microsoft.MatMulNBits"
 
     def block_size(self, dq: Node, k: int) -> int:
-        attr: int = int(dq.attr("block_size", 0))  # type: ignore[call-overload]
+        attr = dq.attr_int("block_size", 0)
         if attr > 0:
             return attr
         opt = self.block_size_option

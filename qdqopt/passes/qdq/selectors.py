@@ -587,7 +587,7 @@ class GemmSelector(NodeGroupSelector):
         if not _input(dqb, 2):
             return ["DQ of input B has no zero point"]
         wshape = ctx.shape(dqb.inputs[0])
-        trans_b = node.attr("transB", 0)
+        trans_b = node.attr_int("transB", 0)
         n_dim = wshape[0 if trans_b else 1] if wshape is not None and len(wshape) == 2 else None
         shapes = []
         for n in (_input(dqb, 1), _input(dqb, 2)):
@@ -615,9 +615,9 @@ class GemmSelector(NodeGroupSelector):
         if bits:
             return [bits]
         if len(dqs) == 3:
-            if abs(float(node.attr("alpha", 1.0)) - 1.0) > 1e-6:  # type: ignore[arg-type]
+            if abs(node.attr_float("alpha", 1.0) - 1.0) > 1e-6:
                 return ["alpha is not 1 with a quantized bias"]
-            if abs(float(node.attr("beta", 1.0)) - 1.0) > 1e-6:  # type: ignore[arg-type]
+            if abs(node.attr_float("beta", 1.0) - 1.0) > 1e-6:
                 return ["beta is not 1 with a quantized bias"]
             if ctx.dq_in_type(dqs[2]) != TP.INT32:
                 return ["the bias is not int32"]
@@ -668,9 +668,9 @@ class DQMatMulNBitsSelector(NodeGroupSelector):
             return ["the weight or scale initializer is shared with another node"]
         w_dims = _rank_dims(graph, weight.inputs[0])
         if is_gemm:
-            alpha = float(node.attr("alpha", 1.0))  # type: ignore[arg-type]
-            beta = float(node.attr("beta", 1.0))  # type: ignore[arg-type]
-            if abs(alpha - 1.0) > 1e-6 or node.attr("transA", 0) or node.attr("transB", 0):
+            alpha = node.attr_float("alpha", 1.0)
+            beta = node.attr_float("beta", 1.0)
+            if abs(alpha - 1.0) > 1e-6 or node.attr_int("transA", 0) or node.attr_int("transB", 0):
                 return ["Gemm alpha != 1 or transposed inputs"]
             if _input(node, 2):
                 if abs(beta - 1.0) > 1e-6:
@@ -702,8 +702,8 @@ def validate_dq_for_nbits(ctx: Ctx, dq: Node) -> str | None:
     if len(w_t.dims) != 2:
         return "the weight is not 2-D"
     k, n = w_t.dims
-    block = int(dq.attr("block_size", 0))  # type: ignore[call-overload]
-    axis = dq.attr("axis")
+    block = dq.attr_int("block_size", 0)
+    axis = dq.attr_int("axis")
     if block > 0:
         if axis not in (None, 0) and axis != 0:
             return "blockwise DQ axis is not 0"

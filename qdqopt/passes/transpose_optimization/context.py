@@ -64,31 +64,20 @@ class OptimizerCtx(ApiGraph):
         return not node.ep or node.ep == self.provider
 
     def perm_of(self, node: Node) -> list[int] | None:
-        attr = node.attributes.get("perm")
-        if attr is None or attr.type != onnx.AttributeProto.INTS:
-            return None
-        perm = [int(p) for p in attr.ints]
-        return perm if valid_perm(perm) else None
+        perm = node.attr_ints("perm")
+        return perm if perm is not None and valid_perm(perm) else None
 
     def int_attr(self, node: Node, name: str, default: int) -> int:
-        attr = node.attributes.get(name)
-        if attr is None or attr.type != onnx.AttributeProto.INT:
-            return default
-        return int(attr.i)
+        """``GetAttributeIntDefault``: the attribute's int, ``default`` if absent or of another type."""
+        return node.attr_int(name, default)
 
     def ints_attr(self, node: Node, name: str) -> list[int] | None:
         """``GetAttributeInts``: the attribute's ints, None if absent or of another type."""
-        attr = node.attributes.get(name)
-        if attr is None or attr.type != onnx.AttributeProto.INTS:
-            return None
-        return [int(v) for v in attr.ints]
+        return node.attr_ints(name)
 
     def read_attr_or_input(self, node: Node, attr: str, slot: int, opset_with_input: int) -> list[int] | None:
         if self.opset < opset_with_input:
-            proto = node.attributes.get(attr)
-            if proto is None or proto.type != onnx.AttributeProto.INTS:
-                return None
-            return [int(v) for v in proto.ints]
+            return node.attr_ints(attr)
         if slot >= len(node.inputs) or not node.inputs[slot]:
             return None
         array = self.constant_array(node.inputs[slot])
@@ -183,8 +172,7 @@ class OptimizerCtx(ApiGraph):
         return node
 
     def opt_int(self, node: Node, name: str) -> int | None:
-        attr = node.attributes.get(name)
-        return int(attr.i) if attr is not None and attr.type == onnx.AttributeProto.INT else None
+        return node.attr_int(name)
 
     def make_qdq_node_unit(self, dq: Node) -> bool:
         """``MakeQDQNodeUnit``: DQ -> next (Transpose/Unsqueeze) becomes DQ -> next -> Q -> DQ."""
