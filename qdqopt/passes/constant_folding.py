@@ -491,10 +491,8 @@ def _fold_shape(graph: Graph, node: Node, shapes: ShapeSource) -> bool:
     if dims is None or any(d is None for d in dims):
         return False
     rank = len(dims)
-    start_attr = node.attr("start", 0)
-    end_attr = node.attr("end", _INT64_MAX)
-    start = int(start_attr) if isinstance(start_attr, int) else 0
-    end = int(end_attr) if isinstance(end_attr, int) else _INT64_MAX
+    start = node.attr_int("start", 0)
+    end = node.attr_int("end", _INT64_MAX)
     start = start + rank if start < 0 else start
     start = 0 if start < 0 else min(start, rank)
     end = end + rank if end < 0 else end
