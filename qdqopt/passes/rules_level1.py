@@ -67,7 +67,6 @@ from qdqopt.passes.graph_utils import (
 )
 
 __all__ = [
-    "LEVEL1_RULE_CLASSES",
     "CastChainElimination",
     "CastElimination",
     "ConvAddFusion",
@@ -1182,27 +1181,3 @@ def _attr_list(node: Node, name: str) -> list[object]:
     assert isinstance(value, list)
     return [v.decode() if isinstance(v, bytes) else v for v in value]
 
-
-#: Level1 rule classes in ORT's registration order (CastChainElimination sits after CastElimination).
-LEVEL1_RULE_CLASSES: tuple[type[RewriteRule], ...] = (
-    EliminateIdentity,
-    EliminateSlice,
-    UnsqueezeElimination,
-    EliminateDropout,
-    ExpandElimination,
-    CastElimination,
-    CastChainElimination,
-    PreShapeNodeElimination,
-    NoopElimination,
-    DivMulFusion,
-    FuseReluClip,
-    GemmSumFusion,
-    GemmTransposeFusion,
-    NotWhereFusion,
-    ConvAddFusion,
-    ConvMulFusion,
-    ConvBNFusion,
-    PadFusion,
-    MatmulBNFusion,
-    LabelEncoderFusion,
-)

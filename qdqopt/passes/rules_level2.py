@@ -45,7 +45,7 @@ from qdqopt.passes.graph_utils import (
 )
 from qdqopt.passes.qdq_util import is_dq, is_q
 
-__all__ = ["LEVEL2_RULE_CLASSES", "ClipQuantFusion", "ReluQuantFusion", "clip_constant_min_max"]
+__all__ = ["ClipQuantFusion", "ReluQuantFusion", "clip_constant_min_max"]
 
 TP = onnx.TensorProto
 CPU = "CPUExecutionProvider"
@@ -234,5 +234,3 @@ class ClipQuantFusion(RewriteRule):
             return RuleEffect.REMOVED_CURRENT_NODE
         return RuleEffect.NONE
 
-
-LEVEL2_RULE_CLASSES: tuple[type[RewriteRule], ...] = (ClipQuantFusion, ReluQuantFusion)
