@@ -4,7 +4,7 @@ Commands::
 
     qdqopt optimize IN -o OUT [--level L] [--disable NAME[,NAME...]]... [--config KEY=VALUE]... [--plugin REF]...
     qdqopt passes [--level L] [--config KEY=VALUE]... [--plugin REF]...
-    qdqopt trace IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--ort [--isolate]]
+    qdqopt trace IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--ort [--isolate]] [--verbose]
     qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--isolate]
     qdqopt explain IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--all]
     qdqopt demo [--isolate]
@@ -39,16 +39,17 @@ from pathlib import Path
 
 import onnx
 
-from qdqopt import __version__
+from qdqopt import __version__, events
 from qdqopt.api import run
 from qdqopt.compare import ISOLATION, compare_level, run_paired
 from qdqopt.config import SessionConfig
 from qdqopt.errors import QdqoptError, UsageError
 from qdqopt.graph.model import read_model_proto
 from qdqopt.levels import Level, parse_level
+from qdqopt.manager import PipelineResult
 from qdqopt.passes import GraphTransformer
 from qdqopt.plugins import installed_plugins, resolve_plugins
-from qdqopt.reference import check_accepted
+from qdqopt.reference import ReferenceRun, check_accepted
 from qdqopt.registry import RULES, TRANSFORMERS, Plugin, registered_passes, with_plugins
 from qdqopt.target import Target
 
@@ -199,6 +200,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if not args.ort:
         for name, reason in result.unsupported.items():
             print(f"  {name}: not run, qdqopt does not cover this model yet ({reason})")
+    if getattr(args, "verbose", False):
+        return _print_events(result.pipeline, pair.ref if args.ort else None)
     last_stage = None
     i = 0  # the line of ORT's log this entry faces (a plugin's entry faces none)
     for entry in result.pipeline.trace:
@@ -232,6 +235,48 @@ def cmd_trace(args: argparse.Namespace) -> int:
                     break
             return EXIT_DIFF
     return 0
+
+
+def _print_events(pipeline: PipelineResult, ref: ReferenceRun | None) -> int:
+    """``trace --verbose``: every event in ORT's words (severity letter first, op-count changes after a
+    ``modified`` line); with ORT's run, each line checked against ORT's optimizer lines and the first difference
+    named. Returns the exit code."""
+    ort = ref.verbose if ref is not None else None
+    deltas = iter(pipeline.trace)
+    i = 0  # the line of ORT's optimizer lines this event faces (a plugin's event faces none)
+    for event in pipeline.events.events:
+        extra = ""
+        if event.kind is events.Kind.MODIFIED:
+            entry = next(deltas, None)
+            if entry is not None and entry.op_delta:
+                extra = "   " + " ".join(f"{k} {v:+d}" for k, v in entry.op_delta.items())
+            if entry is not None and not entry.implemented:
+                extra += "  (not implemented: skipped)"
+            elif entry is not None and entry.missing_rules:
+                extra += f"  (rules not implemented, skipped: {', '.join(entry.missing_rules)})"
+        if event.plugin:
+            extra += "  [plugin: not ORT's]"
+        elif ort is not None:
+            extra += "  ok" if i < len(ort) and ort[i] == event.text else "  <> ORT"
+            i += 1
+        print(f"  {event.severity} {event.text}{extra}")
+    if ref is None or ort is None:
+        return 0
+    ours = pipeline.verbose_lines()
+    same = ours == ort
+    left_out = ref.diagnostics
+    print(f"ORT logged {len(ort)} optimizer lines; qdqopt {len(ours)}: {'identical' if same else 'DIFFERENT'}")
+    if left_out:
+        kinds = collections.Counter(f"{r.file.removesuffix('.cc')}" for r in left_out)
+        listed = ", ".join(f"{name} {count}" for name, count in sorted(kinds.items()))
+        print(f"  not compared: {len(left_out)} lines of transformers' own diagnostics ({listed})")
+    if same:
+        return 0
+    at = next((k for k, (a, b) in enumerate(zip(ort, ours, strict=False)) if a != b), min(len(ort), len(ours)))
+    print(f"  first difference at line {at + 1}:")
+    print(f"    ORT:    {ort[at] if at < len(ort) else '(nothing more)'}")
+    print(f"    qdqopt: {ours[at] if at < len(ours) else '(nothing more)'}")
+    return EXIT_DIFF
 
 
 #: names shown in a list before "... (N more)" unless --verbose
@@ -422,7 +467,14 @@ def _parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--ort", action="store_true", help="also run ORT (as a user runs it) and check its log line by line")
     isolate_option(p, strict=False)
-    p.add_argument("--verbose", "-v", action="store_true", help="name every pass in the notes on how ORT was run")
+    p.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="print what ORT logs at VERBOSE, in its words: levels, steps, skips, stops, the optimization loop,"
+        " matched QDQ units and Resolve's removals (with --ort: checked line by line against ORT's own); also name"
+        " every pass in the notes on how ORT was run",
+    )
     p.set_defaults(func=cmd_trace)
 
     p = sub.add_parser("diff", help="compare qdqopt with real ORT at tiers N, S, X (and P: bytes)")

@@ -15,7 +15,10 @@ Order of a session:
    a kernel, as ORT's does before it would save the model.
 
 Each run yields a trace: one :class:`TraceEntry` per transformer application, printed like ORT's INFO line
-``GraphTransformer <name> modified: <0|1>``, with its stage, step and the op-count change it made.
+``GraphTransformer <name> modified: <0|1>``, with its stage, step and the op-count change it made; and its events
+(:mod:`qdqopt.events`): what ORT logs at VERBOSE, the fixed-point loop's steps, skips and stops, the optimization
+loop, the node units the selector-action transformers matched and what each Resolve removed, in ORT's words and
+order.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import collections
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from qdqopt import events
 from qdqopt.config import SessionConfig
 from qdqopt.graph import Graph, Model
 from qdqopt.levels import Level
@@ -71,10 +75,16 @@ class PipelineResult:
     stopped: bool = False
     #: the passes of one's own registered for this run (not disabled, at a stage the level runs), in order
     plugins: list[str] = field(default_factory=list)
+    #: what ORT would log at VERBOSE for this run (:mod:`qdqopt.events`)
+    events: events.EventLog = field(default_factory=events.EventLog)
 
     def ort_lines(self) -> list[str]:
         """The lines ORT's log would hold: every entry but those of plugins, which ORT knows nothing of."""
         return [e.ort_line() for e in self.trace if not e.plugin]
+
+    def verbose_lines(self) -> list[str]:
+        """The lines ORT's VERBOSE log would hold (its optimizer lines, see :mod:`qdqopt.reference`), in order."""
+        return self.events.lines()
 
 
 Snapshot = Callable[[str, Graph], None]
@@ -142,11 +152,18 @@ def run_pipeline(
         spec.name: tuple(r.name for r in rules if rule_implementation(r) is None) for spec, rules in plan if spec.rules
     }
 
+    log = result.events
+
     def apply(spec: PassSpec, transformer: GraphTransformer | None, step: int) -> bool:
         if spec.name == stop_before:
             raise _Stop
         before = op_counts(graph)
-        modified = transformer.apply(graph, ctx) if transformer is not None else False
+        with log.scope(pass_name=spec.name, level=log.level, step=log.step, plugin=spec.is_plugin):
+            if log.level is not None:  # GraphTransformerManager::ApplyTransformers
+                log.add(events.Kind.APPLY, events.apply_text(spec.name, step + 1))
+            mark = len(log.events)
+            modified = transformer.apply(graph, ctx) if transformer is not None else False
+            log.insert_before_resolve(mark, events.Kind.MODIFIED, events.modified_text(spec.name, modified))
         entry = TraceEntry(spec.name, spec.stage, step, modified, transformer is not None, plugin=spec.is_plugin)
         entry.missing_rules = missing.get(spec.name, ()) if transformer is not None else ()
         if modified:
@@ -169,8 +186,13 @@ def run_pipeline(
         before = op_counts(graph)
         inserted = inserter.insert_casts(graph, ctx)
         middle = op_counts(graph)
+        mark = len(log.events)
         modified = remover.apply_shared(graph, ctx, inserted)
         after = op_counts(graph)
+        with log.scope(pass_name=remove_spec.name):
+            log.insert_before_resolve(mark, events.Kind.MODIFIED, events.modified_text(remove_spec.name, modified))
+        with log.scope(pass_name=insert_spec.name):
+            log.add(events.Kind.MODIFIED, events.modified_text(insert_spec.name, modified))
         for spec, delta in ((remove_spec, _delta(middle, after)), (insert_spec, _delta(before, middle))):
             result.trace.append(TraceEntry(spec.name, spec.stage, 0, modified, True, delta if modified else {}))
             if on_pass is not None:
@@ -179,23 +201,37 @@ def run_pipeline(
 
     def apply_level(stage: str) -> bool:
         entries = by_stage.get(stage, [])
+        number = int(stage[1:])  # ORT's TransformerLevel
+        ort_count = sum(1 for spec, _, _ in entries if not spec.is_plugin)
+        if not ort_count:
+            log.add(events.Kind.NO_TRANSFORMERS, events.no_transformers_text(number))
+        else:
+            log.add(events.Kind.LEVEL, events.level_text(number, ort_count, MAX_STEPS))
         if not entries:
             return False
         changed_at_all = False
-        for step in range(MAX_STEPS):
-            changed = False
-            for spec, transformer, _ in entries:
-                if step > 0 and spec.apply_once:
-                    continue
-                changed = apply(spec, transformer, step) or changed
-            changed_at_all = changed_at_all or changed
-            if not changed:
-                break
+        with log.scope(level=number):
+            for step in range(MAX_STEPS):
+                log.step = step + 1
+                log.add(events.Kind.STEP_START, events.step_start_text(step + 1, MAX_STEPS, number))
+                changed = False
+                for spec, transformer, _ in entries:
+                    if step > 0 and spec.apply_once:
+                        with log.scope(pass_name=spec.name, level=number, step=step + 1):
+                            log.add(events.Kind.SKIP, events.skip_text(spec.name, step + 1))
+                        continue
+                    changed = apply(spec, transformer, step) or changed
+                changed_at_all = changed_at_all or changed
+                log.add(events.Kind.STEP_END, events.step_end_text(step + 1, MAX_STEPS, number, changed))
+                if not changed:
+                    log.add(events.Kind.STOP, events.stop_text(number, step + 1))
+                    break
         return changed_at_all
 
     result.context = ctx
     try:
-        _run_stages(graph, ctx, cfg, by_stage, apply, apply_level, apply_insert_cast)
+        with events.recording(log):
+            _run_stages(graph, ctx, cfg, by_stage, apply, apply_level, apply_insert_cast)
     except _Stop:
         result.stopped = True
     return result
@@ -222,7 +258,8 @@ def _run_stages(
     partition(graph)
     ctx.partitioned = True
     loop_level = int(cfg.get("session.graph_optimizations_loop_level", "1") or "1")
-    for _ in range(MAX_STEPS):
+    for iteration in range(MAX_STEPS):
+        events.emit(events.Kind.LOOP, events.loop_text(iteration + 1, loop_level))
         changed_l2 = apply_level("L2")
         changed_l3 = apply_level("L3")
         changed_cast = apply_insert_cast()
@@ -232,4 +269,19 @@ def _run_stages(
             break
     for spec, transformer, _ in by_stage.get("post", []):
         apply(spec, transformer, 0)
+    _final_resolve(graph)
     check_kernels(graph)
+
+
+def _final_resolve(graph: Graph) -> None:
+    """``InferenceSession::Initialize`` resolves the graph once more after ``TransformGraph``: a no-op unless a pass
+    changed the graph without reporting it (NhwcTransformer does not report what it did to subgraphs), whose leftovers
+    it then removes. qdqopt resolves exactly when there is something to remove, since every Resolve removes all
+    there is."""
+    if _leaves_something(graph):
+        graph.resolve()
+
+
+def _leaves_something(graph: Graph) -> bool:
+    """Whether a Resolve of ``graph`` (or of a subgraph) would remove an initializer or a NodeArg."""
+    return graph.has_unused() or any(_leaves_something(sub) for _, _, sub in graph.subgraphs())

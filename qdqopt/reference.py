@@ -4,6 +4,33 @@ ORT writes the graph it optimized to ``SessionOptions.optimized_model_filepath``
 ``GraphTransformer <name> modified: <0|1>`` for every transformer it applies, in order. We create a CPU session with
 the same level, session config entries and ``disabled_optimizers`` as the qdqopt run, read the file back and parse
 the log (captured by redirecting file descriptor 2 around session creation, since ORT's C++ logger writes there).
+
+The log is captured at VERBOSE (``log_severity_level=0``), which holds the INFO lines too. Each line
+``<date> <time> [<S>:onnxruntime:<logid>, <file>:<line> <function>] <message>`` becomes a :class:`LogRecord` (a
+message continued on further lines, as an exception's text, is joined to its record). The **optimizer lines**
+(:func:`optimizer_lines`, what ``qdqopt trace --ort --verbose`` compares with qdqopt's events) are the records:
+
+* of ``graph_transformer_mgr.cc`` (``GraphTransformerManager::ApplyTransformers``): every message, i.e. ``No graph
+  transformers registered for level L.``, ``Applying N graph transformer(s) for level L for up to S step(s).``,
+  ``Graph transformer step s of S for level L started.`` / ``... completed. graph_changed: 0|1.``, ``Skipping graph
+  transformer X on step s because it should only apply once.``, ``Applying graph transformer X on step s.``,
+  ``Stopping graph transformer iteration for level L after step s because the graph was not modified.``;
+* of ``graph_transformer.cc``: ``GraphTransformer X modified: 0|1 with status: OK``;
+* of ``inference_session.cc`` in ``TransformGraph``: ``Running graph optimizations in loop N time/s (Graph
+  Optimizations Loop Level : L)``;
+* of ``graph.cc`` in ``CleanUnusedInitializersAndNodeArgs`` at INFO: Resolve's ``Removing initializer '...'. It is no
+  longer used by any node.`` and ``Removing NodeArg '...'. It is no longer used by any node.``, in ORT's order;
+* of ``selector_action_transformer.cc``: ``Matched <op type>`` (one per node unit a selector-action transformer
+  matched: QDQSelectorActionTransformer, ConvActivationFusion, ConvAddActivationFusion, MatMulNBitsFusion).
+
+Left out: session setup and teardown (session options, thread pools, ``Initializing session.``, node placements,
+session state, allocation planner, saving initializers, the optimized-model warning), the partitioner's AOT-inlining
+note, everything logged while the model is loaded (the WARNING ``Removing initializer '...'. It is not used by any
+node and should be removed from the model.`` of the first Resolve), Resolve's shape-merge warnings (``Error merging
+shape info for output ...``), and the diagnostics of individual transformers other than the selectors' ``Matched``
+(ConstantSharing's ``Total shared scalar initializer count``, ReshapeFusion's ``Fused reshape node``,
+QDQPropagationTransformer's ``Inserted Q/DQ pair ...``, AttentionFusion's ``fusion skipped``, ConstantFolding's
+exceptions): :func:`transformer_diagnostics` lists those.
 """
 
 from __future__ import annotations
@@ -22,9 +49,24 @@ import onnx
 from qdqopt.errors import ReferenceError
 from qdqopt.levels import Level, parse_level
 
-__all__ = ["ReferenceRun", "TraceLine", "check_accepted", "run_reference"]
+__all__ = [
+    "LogRecord",
+    "ReferenceRun",
+    "TraceLine",
+    "check_accepted",
+    "is_optimizer_line",
+    "optimizer_lines",
+    "parse_log",
+    "run_reference",
+    "transformer_diagnostics",
+]
 
 _LOG_LINE = re.compile(r"GraphTransformer (\S+) modified: ([01])")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_RECORD = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[([VIWEF]):onnxruntime:[^,\]]*, ([^\s:\]]+):(\d+) ([^\]]*)\] ?(.*)$"
+)
+_MODIFIED = re.compile(r"^GraphTransformer \S+ modified: [01] with status: ")
 _FD_LOCK = threading.Lock()
 
 
@@ -39,13 +81,94 @@ class TraceLine:
         return f"GraphTransformer {self.name} modified: {int(self.modified)}"
 
 
+@dataclass(frozen=True)
+class LogRecord:
+    """One message of ORT's log: severity letter (``V``, ``I``, ``W``, ``E``, ``F``), source file, line, function and
+    message (continuation lines joined with newlines; colour codes stripped)."""
+
+    severity: str
+    file: str
+    line: int
+    function: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"[{self.severity}] {self.file}:{self.line} {self.function}: {self.message}"
+
+
+def parse_log(text: str) -> list[LogRecord]:
+    """Every message of an ORT log, in order (see the module doc for the line format)."""
+    records: list[LogRecord] = []
+    for raw in text.splitlines():
+        line = _ANSI.sub("", raw)
+        found = _RECORD.match(line)
+        if found is not None:
+            severity, file, number, function, message = found.groups()
+            records.append(LogRecord(severity, file, int(number), function, message))
+        elif records and line:
+            last = records[-1]
+            records[-1] = LogRecord(last.severity, last.file, last.line, last.function, f"{last.message}\n{line}")
+    return records
+
+
+def is_optimizer_line(record: LogRecord) -> bool:
+    """Whether ``record`` is one of the optimizer lines qdqopt's events stand for (the filter is in the module doc)."""
+    if record.file == "graph_transformer_mgr.cc":
+        return True
+    if record.file == "graph_transformer.cc":
+        return _MODIFIED.match(record.message) is not None
+    if record.file == "inference_session.cc":
+        return record.function == "TransformGraph" and record.message.startswith("Running graph optimizations in loop ")
+    if record.file == "graph.cc":
+        return record.function == "CleanUnusedInitializersAndNodeArgs" and record.severity == "I"
+    if record.file == "selector_action_transformer.cc":
+        return record.message.startswith("Matched ")
+    return False
+
+
+def optimizer_lines(records: Sequence[LogRecord]) -> list[str]:
+    """The messages of the optimizer lines, in order: what qdqopt's events print (``PipelineResult.verbose_lines``)."""
+    return [r.message for r in records if is_optimizer_line(r)]
+
+
+#: source files of the session, the partitioner, the allocation planner and the session state (left out)
+_SESSION_FILES = frozenset(
+    {
+        "inference_session.cc",
+        "session_state.cc",
+        "session_state_utils.cc",
+        "allocation_planner.cc",
+        "graph_partitioner.cc",
+        "graph.cc",
+    }
+)
+
+
+def transformer_diagnostics(records: Sequence[LogRecord]) -> list[LogRecord]:
+    """What individual transformers logged besides the optimizer lines (ConstantSharing's counts, ReshapeFusion's and
+    QDQPropagationTransformer's notes, AttentionFusion's skips, ConstantFolding's exceptions...): not compared."""
+    return [r for r in records if not is_optimizer_line(r) and r.file not in _SESSION_FILES]
+
+
 @dataclass
 class ReferenceRun:
-    """What ORT produced: the saved model and the transformer lines it logged."""
+    """What ORT produced: the saved model, the transformer lines it logged, and its whole log (VERBOSE)."""
 
     model: onnx.ModelProto
     trace: list[TraceLine] = field(default_factory=list)
     log: str = ""
+    #: every message of the log, parsed
+    records: list[LogRecord] = field(default_factory=list)
+
+    @property
+    def verbose(self) -> list[str]:
+        """ORT's optimizer lines (see the module doc), in order."""
+        return optimizer_lines(self.records)
+
+    @property
+    def diagnostics(self) -> list[LogRecord]:
+        """The transformers' own lines left out of :attr:`verbose` (:func:`transformer_diagnostics`)."""
+        return transformer_diagnostics(self.records)
 
 
 _ORT_ERROR = re.compile(r"\[ONNXRuntimeError\] : \d+ : (\w+) : ")
@@ -87,7 +210,7 @@ def run_reference(
     disabled: Sequence[str] = (),
     capture_log: bool = True,
 ) -> ReferenceRun:
-    """Create an ORT CPU session and return its optimized model (and transformer log)."""
+    """Create an ORT CPU session and return its optimized model (and its log, captured at VERBOSE)."""
     import onnxruntime as ort
 
     lvl = parse_level(level)
@@ -96,7 +219,7 @@ def run_reference(
     for key, value in (config or {}).items():
         so.add_session_config_entry(key, value)
     if capture_log:
-        so.log_severity_level = 1
+        so.log_severity_level = 0
     else:
         so.log_severity_level = 3
     with tempfile.TemporaryDirectory(prefix="qdqopt-ref-") as tmp:
@@ -121,7 +244,7 @@ def run_reference(
             raise ReferenceError("ONNX Runtime did not write an optimized model")
         saved = onnx.load(str(out_path), load_external_data=False)
     trace = [TraceLine(name, flag == "1") for name, flag in _LOG_LINE.findall(text)]
-    return ReferenceRun(model=saved, trace=trace, log=text)
+    return ReferenceRun(model=saved, trace=trace, log=text, records=parse_log(text))
 
 
 def check_accepted(model: str | os.PathLike[str] | onnx.ModelProto) -> None:

@@ -32,6 +32,7 @@ import onnx
 from onnx import numpy_helper
 
 from qdqopt.errors import ModelError
+from qdqopt.events import Kind, emit, remove_initializer_text, remove_nodearg_text
 from qdqopt.graph.order import ort_topological_order
 from qdqopt.graph.schema import OpSchema, lookup, normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
@@ -204,6 +205,9 @@ class Graph:
         # names
         self._known_values: set[str] = set()
         self._untyped_values: set[str] = set()
+        # ``node_args_``: a std::unordered_map whose iteration order decides the order Resolve removes NodeArgs in
+        # (keys only; "" included, as ORT makes a NodeArg for an absent optional input or output)
+        self._arg_map = StdUnorderedMap()
         self._generated_values: set[str] = set()
         self._generated_nodes: set[str] = set()
         self._counter = 0
@@ -251,6 +255,7 @@ class Graph:
         new.metadata_props = list(self.metadata_props)
         new._known_values = set(self._known_values)
         new._untyped_values = set(self._untyped_values)
+        new._arg_map = self._arg_map.copy()
         new._generated_values = set(self._generated_values)
         new._generated_nodes = set(self._generated_nodes)
         new.original_nodes = list(self.original_nodes)
@@ -349,6 +354,8 @@ class Graph:
         self._nx.add_node(node.index)
         self._order = None
         node.since_version = self._since_version(node)
+        for value in (*node.inputs, *node.outputs):  # GetOrCreateNodeArg: inputs, then outputs
+            self._arg_map.insert(value)
         for slot, value in enumerate(node.outputs):
             if value:
                 self._producer[value] = (node.index, slot)
@@ -392,6 +399,7 @@ class Graph:
         while len(node.inputs) <= slot:
             node.inputs.append("")
         node.inputs[slot] = value
+        self._arg_map.insert(value)
         if value:
             self._known(value)
         self._rewire_inputs(node)
@@ -406,6 +414,7 @@ class Graph:
             del self._producer[old]
             self._disconnect_consumers_of(old)
         node.outputs[slot] = value
+        self._arg_map.insert(value)
         if value:
             self._producer[value] = (node.index, slot)
             self._produced_at[value] = self.resolves
@@ -424,8 +433,30 @@ class Graph:
         return self._produced_at.get(value)
 
     def forget_production(self) -> None:
-        """Mark every current producer as loaded (called once the model is built)."""
+        """Mark every current producer as loaded (called once the model is built).
+
+        The NodeArg map is then made again in the order ORT's ``Graph`` constructor fills ``node_args_`` (see
+        :meth:`_seed_node_args`).
+        """
         self._produced_at.clear()
+        self._seed_node_args()
+
+    def _seed_node_args(self) -> None:
+        """``node_args_`` as ORT's ``Graph`` constructor fills it: typed graph inputs (every input, in a subgraph),
+        then (IR 4 and later) each initializer no input names, in ``initializer()`` order (Constant nodes' tensors
+        last), then typed graph outputs, then each node in file order, its inputs then its outputs."""
+        arg_map = StdUnorderedMap()
+        for value in self.inputs:
+            if value.name and (self.parent is not None or value.type.WhichOneof("value") is not None):
+                arg_map.insert(value.name)
+        if self.ir_version >= 4:
+            arg_map.update(self._init_order)
+        for value in self.outputs:
+            if value.name and value.type.WhichOneof("value") is not None:
+                arg_map.insert(value.name)
+        for node in self.nodes():
+            arg_map.update((*node.inputs, *node.outputs))
+        self._arg_map = arg_map
 
     def producer(self, value: str) -> Node | None:
         """The node producing ``value`` in this graph, or None (graph input, initializer, outer scope, missing)."""
@@ -657,6 +688,23 @@ class Graph:
             used.update(node.implicit_inputs)
         return [name for name in self._init_map if name not in used]
 
+    def mark_untyped(self, name: str) -> None:
+        """The value's NodeArg has no type (a pass created it with none, as the transpose optimizer's API does, and
+        nothing typed it since): the next Resolve removes it if nothing uses it, and types it otherwise."""
+        if name in self._known_values:
+            self._untyped_values.add(name)
+
+    def unused_untyped_values(self) -> set[str]:
+        """Untyped NodeArgs nothing uses (no node input, output or subgraph read, no graph input or output): what
+        Resolve removes after the unused initializers."""
+        used = {v for n in self._nodes.values() for v in (*n.inputs, *n.implicit_inputs, *n.outputs)}
+        used |= {o.name for o in self.outputs} | {i.name for i in self.inputs}
+        return {name for name in self._untyped_values if name not in used}
+
+    def has_unused(self) -> bool:
+        """Whether a Resolve would remove something from this graph (not looking into subgraphs)."""
+        return bool(self.unused_initializers() or self.unused_untyped_values())
+
     def resolve(self) -> list[str]:
         """The parts of ``Graph::Resolve`` that change what is saved: defaults, unused initializers and untyped values.
 
@@ -669,17 +717,18 @@ class Graph:
         self.record_subgraph_reads()
         removed = self.unused_initializers()
         for name in removed:
+            emit(Kind.REMOVE_INITIALIZER, remove_initializer_text(name), (name,))
             self.remove_initializer(name)
-        used = {v for n in self._nodes.values() for v in (*n.inputs, *n.implicit_inputs, *n.outputs)}
-        used |= {o.name for o in self.outputs}
-        for name in list(self._untyped_values):
-            if name in used:
-                self._untyped_values.discard(name)
-            else:
-                self._untyped_values.discard(name)
-                self._known_values.discard(name)
+        unused = self.unused_untyped_values()
+        self._untyped_values.clear()
+        for name in [name for name in self._arg_map if name in unused]:  # in node_args_ iteration order
+            emit(Kind.REMOVE_NODEARG, remove_nodearg_text(name), (name,))
+            self._arg_map.erase(name)
+        for name in unused:
+            self._known_values.discard(name)
+            self._arg_map.erase(name)  # (a value the map never held: nothing to log)
         for node in self._nodes.values():
-            for sub in node.subgraphs.values():
+            for sub in _subgraphs_in_map_order(node):
                 removed += sub.resolve()
         return removed
 
@@ -772,6 +821,7 @@ class Graph:
     def _known(self, value: str) -> None:
         if value:
             self._known_values.add(value)
+            self._arg_map.insert(value)
 
     def _since_version(self, node: Node) -> int | None:
         schema = self.schema(node)
@@ -802,6 +852,13 @@ class Graph:
 
     def _disconnect_consumers_of(self, value: str) -> None:
         self._connect_consumers_of(value)
+
+
+def _subgraphs_in_map_order(node: Node) -> list[Graph]:
+    """The node's subgraphs in ``Node::MutableSubgraphs()`` order: ``Node::Init`` creates them while iterating its
+    attribute map (so an If's ``then_branch`` and ``else_branch`` come in that map's order, not the file's)."""
+    order = [node.subgraphs[name] for name in node.attribute_order() if name in node.subgraphs]
+    return order + [sub for sub in node.subgraphs.values() if all(sub is not o for o in order)]
 
 
 def _copy_proto(proto: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
@@ -840,6 +897,7 @@ _CLONED_FIELDS = {
     "metadata_props",
     "_known_values",
     "_untyped_values",
+    "_arg_map",
     "_generated_values",
     "_generated_nodes",
     "_counter",

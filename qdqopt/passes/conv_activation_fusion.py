@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from qdqopt.events import Kind, emit, matched_text
 from qdqopt.graph import Graph, Node
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
@@ -227,6 +228,7 @@ class ConvActivationFusion(GraphTransformer):
             sel = select_conv_activation(graph, node, types, ctx.target)
             if sel is None:
                 return False
+            emit(Kind.MATCHED, matched_text(node.op_type), (node.name,))  # SelectorActionTransformer::MatchAndProcess
             fuse_conv_activation(graph, sel)
             return True
 

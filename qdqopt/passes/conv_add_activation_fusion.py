@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from qdqopt.events import Kind, emit, matched_text
 from qdqopt.graph import Graph, Node
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.base import GraphTransformer, PassContext
@@ -239,6 +240,7 @@ class ConvAddActivationFusion(GraphTransformer):
             sel = select_conv_add_activation(graph, node, types, ctx)
             if sel is None:
                 return False
+            emit(Kind.MATCHED, matched_text(node.op_type), (node.name,))  # SelectorActionTransformer::MatchAndProcess
             fuse_conv_add_activation(graph, sel)
             return True
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
+from qdqopt.events import Kind, emit, matched_text
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.qdq.actions import DropAction
@@ -96,6 +97,7 @@ class QDQSelectorActionTransformer(GraphTransformer):
                 continue
             if report is not None:
                 self._fill(report, entry, result)
+            emit(Kind.MATCHED, matched_text(node.op_type), (node.name,))  # SelectorActionTransformer::MatchAndProcess
             entry.action.run(graph, sctx, result)
             return True
         if report is not None and entries:

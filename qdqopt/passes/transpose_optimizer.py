@@ -24,6 +24,7 @@ import onnx
 from qdqopt.graph import Graph
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.transpose_optimization import OptimizerCtx, make_ctx, optimize
+from qdqopt.passes.transpose_optimization.api import UNTYPED
 from qdqopt.passes.transpose_optimization.context import CPU
 
 __all__ = ["TransposeOptimizer", "TransposeOptimizerCPU", "write_back_types"]
@@ -46,6 +47,9 @@ def write_back_types(graph: Graph, ctx: OptimizerCtx) -> None:
         graph.pin_value_type(name, type_proto)
     for name, (elem, dims) in ctx.replaced_types().items():
         graph.keep_value_type(name, onnx.helper.make_tensor_type_proto(elem or 0, dims))
+    for name, found in ctx.types.items():  # NodeArgs it made untyped: the next Resolve removes those nothing uses
+        if found == UNTYPED:
+            graph.mark_untyped(name)
 
 
 # ---------------------------------------------------------------------------------------------------- passes

@@ -1,0 +1,235 @@
+"""Events: what a run did, in the very words ORT 1.32 logs at VERBOSE (``log_severity_level=0``).
+
+``qdqopt trace`` shows the INFO line ``GraphTransformer <name> modified: <0|1>`` per transformer application; at
+VERBOSE ORT says much more, and those lines pin what the saved model alone does not show: the fixed-point loop of each
+level, the apply-once skips, the optimization loop, the node units the selector-action transformers matched, and the
+order in which ``Graph::Resolve`` removes what passes left unused. A run records each of them as an :class:`Event`:
+
+* ``no-transformers`` (V, manager): ``No graph transformers registered for level <L>.``
+* ``level`` (V, manager): ``Applying <N> graph transformer(s) for level <L> for up to <S> step(s).``
+* ``step-start`` (V, manager): ``Graph transformer step <s> of <S> for level <L> started.``
+* ``skip`` (V, manager): ``Skipping graph transformer <X> on step <s> because it should only apply once.``
+* ``apply`` (V, manager): ``Applying graph transformer <X> on step <s>.``
+* ``matched`` (V, the selector-action transformers: QDQSelectorActionTransformer, ConvActivationFusion,
+  ConvAddActivationFusion, MatMulNBitsFusion): ``Matched <op type>``, before the action rewrites the unit;
+* ``modified`` (I, manager): ``GraphTransformer <X> modified: <0|1> with status: OK``;
+* ``remove-initializer`` (I, Resolve): ``Removing initializer '<name>'. It is no longer used by any node.``
+* ``remove-nodearg`` (I, Resolve): ``Removing NodeArg '<name>'. It is no longer used by any node.``
+* ``step-end`` (V, manager): ``Graph transformer step <s> of <S> for level <L> completed. graph_changed: <0|1>.``
+* ``stop`` (V, manager): ``Stopping graph transformer iteration for level <L> after step <s> because the graph was
+  not modified.``
+* ``loop`` (I, manager): ``Running graph optimizations in loop <n> time/s (Graph Optimizations Loop Level : <l>)``.
+
+Steps are printed 1-based, as ORT prints them; levels are ORT's ``TransformerLevel`` numbers (0 to 4). Resolve
+removes unused initializers first, then unused untyped NodeArgs, each in the iteration order of the graph's
+``std::unordered_map`` (``name_to_initial_tensor_``, ``node_args_``), the main graph first, then every subgraph
+depth first.
+
+Emitters do not hold the log: the pipeline makes an :class:`EventLog` the active one for the run
+(:func:`recording`), sets the scope (level, step, pass) as it goes, and :func:`emit` adds to whichever log is active
+(or does nothing outside a run, e.g. when ``qdqopt explain`` runs a pass on a copy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import enum
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Event",
+    "EventLog",
+    "Kind",
+    "active",
+    "emit",
+    "recording",
+]
+
+
+class Kind(enum.StrEnum):
+    """What an event is (one kind per ORT log message)."""
+
+    NO_TRANSFORMERS = "no-transformers"
+    LEVEL = "level"
+    STEP_START = "step-start"
+    SKIP = "skip"
+    APPLY = "apply"
+    MATCHED = "matched"
+    MODIFIED = "modified"
+    REMOVE_INITIALIZER = "remove-initializer"
+    REMOVE_NODEARG = "remove-nodearg"
+    STEP_END = "step-end"
+    STOP = "stop"
+    LOOP = "loop"
+
+    @property
+    def severity(self) -> str:
+        """ORT's severity letter for this message: ``V`` (VERBOSE) or ``I`` (INFO)."""
+        return "I" if self in _INFO else "V"
+
+
+_INFO = frozenset({Kind.MODIFIED, Kind.REMOVE_INITIALIZER, Kind.REMOVE_NODEARG, Kind.LOOP})
+
+#: the kinds ``Graph::Resolve`` emits
+RESOLVE_KINDS = frozenset({Kind.REMOVE_INITIALIZER, Kind.REMOVE_NODEARG})
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing a run did, as ORT logs it.
+
+    ``pass_name``, ``level`` and ``step`` are the scope it happened in (the transformer being applied, ORT's
+    ``TransformerLevel`` number and the 1-based step), where there is one; ``nodes`` names the nodes or values it is
+    about (the matched node, the removed initializer or NodeArg); ``plugin`` marks events of a pass of one's own, which
+    ORT knows nothing of (left out of :meth:`EventLog.lines` unless asked for).
+    """
+
+    kind: Kind
+    text: str
+    pass_name: str | None = None
+    level: int | None = None
+    step: int | None = None
+    nodes: tuple[str, ...] = ()
+    plugin: bool = False
+
+    @property
+    def severity(self) -> str:
+        return self.kind.severity
+
+    def __str__(self) -> str:
+        return self.text
+
+
+# ------------------------------------------------------------------------------------------------ ORT's words
+def no_transformers_text(level: int) -> str:
+    return f"No graph transformers registered for level {level}."
+
+
+def level_text(level: int, count: int, steps: int) -> str:
+    return f"Applying {count} graph transformer(s) for level {level} for up to {steps} step(s)."
+
+
+def step_start_text(step: int, steps: int, level: int) -> str:
+    return f"Graph transformer step {step} of {steps} for level {level} started."
+
+
+def skip_text(name: str, step: int) -> str:
+    return f"Skipping graph transformer {name} on step {step} because it should only apply once."
+
+
+def apply_text(name: str, step: int) -> str:
+    return f"Applying graph transformer {name} on step {step}."
+
+
+def modified_text(name: str, modified: bool) -> str:
+    return f"GraphTransformer {name} modified: {int(modified)} with status: OK"
+
+
+def step_end_text(step: int, steps: int, level: int, changed: bool) -> str:
+    return f"Graph transformer step {step} of {steps} for level {level} completed. graph_changed: {int(changed)}."
+
+
+def stop_text(level: int, step: int) -> str:
+    return (
+        f"Stopping graph transformer iteration for level {level} after step {step} because the graph was not modified."
+    )
+
+
+def loop_text(iteration: int, loop_level: int) -> str:
+    return f"Running graph optimizations in loop {iteration} time/s (Graph Optimizations Loop Level : {loop_level})"
+
+
+def remove_initializer_text(name: str) -> str:
+    return f"Removing initializer '{name}'. It is no longer used by any node."
+
+
+def remove_nodearg_text(name: str) -> str:
+    return f"Removing NodeArg '{name}'. It is no longer used by any node."
+
+
+def matched_text(op_type: str) -> str:
+    return f"Matched {op_type}"
+
+
+# ------------------------------------------------------------------------------------------------ the log
+@dataclass
+class EventLog:
+    """The events of one run, in order, with the scope new events are recorded in."""
+
+    events: list[Event] = field(default_factory=list)
+    #: the current scope (set by the pipeline as it goes)
+    pass_name: str | None = None
+    level: int | None = None
+    step: int | None = None
+    plugin: bool = False
+
+    def add(self, kind: Kind, text: str, nodes: Sequence[str] = ()) -> Event:
+        """Record an event in the current scope and return it."""
+        event = Event(kind, text, self.pass_name, self.level, self.step, tuple(nodes), self.plugin)
+        self.events.append(event)
+        return event
+
+    def insert_before_resolve(self, since: int, kind: Kind, text: str, nodes: Sequence[str] = ()) -> Event:
+        """Record an event before the trailing run of Resolve events recorded since index ``since``.
+
+        ``GraphTransformer::Apply`` logs its ``modified`` line between the transformer's own work and the Resolve
+        that follows it; qdqopt's passes resolve inside :meth:`~qdqopt.passes.GraphTransformer.apply`, so the
+        manager puts the line back where ORT logs it.
+        """
+        event = Event(kind, text, self.pass_name, self.level, self.step, tuple(nodes), self.plugin)
+        at = len(self.events)
+        while at > since and self.events[at - 1].kind in RESOLVE_KINDS:
+            at -= 1
+        self.events.insert(at, event)
+        return event
+
+    @contextlib.contextmanager
+    def scope(
+        self,
+        *,
+        pass_name: str | None = None,
+        level: int | None = None,
+        step: int | None = None,
+        plugin: bool = False,
+    ) -> Iterator[EventLog]:
+        """Record the events of the ``with`` block in that scope (the previous scope comes back after it)."""
+        saved = (self.pass_name, self.level, self.step, self.plugin)
+        self.pass_name, self.level, self.step, self.plugin = pass_name, level, step, plugin
+        try:
+            yield self
+        finally:
+            self.pass_name, self.level, self.step, self.plugin = saved
+
+    def ort_events(self) -> list[Event]:
+        """The events ORT would log too (everything but those of passes of one's own)."""
+        return [e for e in self.events if not e.plugin]
+
+    def lines(self, *, plugins: bool = False) -> list[str]:
+        """The events' texts, in order: what ORT's filtered VERBOSE log holds (plugins' events only if asked)."""
+        return [e.text for e in self.events if plugins or not e.plugin]
+
+
+_ACTIVE: contextvars.ContextVar[EventLog | None] = contextvars.ContextVar("qdqopt_event_log", default=None)
+
+
+@contextlib.contextmanager
+def recording(log: EventLog) -> Iterator[EventLog]:
+    """Make ``log`` the log :func:`emit` adds to, for the ``with`` block."""
+    token = _ACTIVE.set(log)
+    try:
+        yield log
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active() -> EventLog | None:
+    """The log events go to now, or None outside a run."""
+    return _ACTIVE.get()
+
+
+def emit(kind: Kind, text: str, nodes: Sequence[str] = ()) -> Event | None:
+    """Record an event in the active log (nothing happens when no run is recording)."""
+    log = _ACTIVE.get()
+    return log.add(kind, text, nodes) if log is not None else None
