@@ -15,6 +15,13 @@ What it mirrors from ``onnxruntime/core/graph/graph.cc`` (spec §2):
   value the graph has ever known (ORT keeps typed NodeArgs of removed tensors) and every generated value name.
 * **Initializers.** Kept in ORT's ``graph_proto_->initializer()`` order: appended when added, swap-with-last when
   removed.
+* **NodeArgs.** ``node_args_`` is a ``std::unordered_map`` whose iteration order is emulated
+  (:class:`~qdqopt.graph.stdhash.StdUnorderedMap`): filled as ORT's ``Graph`` constructor fills it (typed graph
+  inputs, initializers without an input, typed graph outputs, then each node's inputs and outputs; ``""`` included),
+  then each new name when first met (a new node's inputs, then its outputs). :meth:`Graph.resolve` removes the
+  unused initializers (``name_to_initial_tensor_`` order), then the unused *untyped* NodeArgs (``node_args_`` order),
+  the main graph first, then each node's subgraphs in its attribute-map order (``Node::Init`` creates them so), and
+  reports each removal as an event (:mod:`qdqopt.events`) in ORT's words.
 
 Passes see :class:`Node` records and value names; they change the graph only through :class:`Graph` methods, which
 keep edges, producers and the *modified* flag consistent. networkx never leaves this module.
