@@ -80,13 +80,12 @@ class MatMulIntegerToFloatFusion(GraphTransformer):
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         types = ValueTypes(graph)
         to_remove: list[Node] = []
-        modified = False
-        for node in graph.topological_order():
-            if graph.node(node.index) is None:
-                continue
-            if self.recurse(node, ctx, graph_level):
-                modified = True
+
+        def visit(node: Node) -> bool:
             self._try_fuse(graph, node, types, to_remove)
+            return False
+
+        modified = self.visit_in_order(graph, ctx, graph_level, visit)
         for node in to_remove:
             graph.remove_node(node)
         return modified or bool(to_remove)

@@ -85,22 +85,16 @@ class QDQS8ToU8Transformer(GraphTransformer):
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         weights_to_u8 = ctx.config.flag("session.x64quantprecision") and ctx.target.u8s8_overflow
-        modified = False
-        for node in graph.topological_order():
-            if graph.node(node.index) is None:
-                continue
-            if self.recurse(node, ctx, graph_level):
-                modified = True
+
+        def visit(node: Node) -> bool:
             if not self.node_is_compatible(node):
-                continue
+                return False
             if is_q(node) and check_output_edges(graph, node, 1):
                 dq = output_nodes(graph, node)[0]
-                if is_dq(dq) and self._convert_pair(graph, node, dq):
-                    modified = True
-                continue
-            if weights_to_u8 and is_dq(node) and self._convert_weight(graph, node):
-                modified = True
-        return modified
+                return is_dq(dq) and self._convert_pair(graph, node, dq)
+            return weights_to_u8 and is_dq(node) and self._convert_weight(graph, node)
+
+        return self.visit_in_order(graph, ctx, graph_level, visit)
 
     @staticmethod
     def _convert_pair(graph: Graph, q: Node, dq: Node) -> bool:

@@ -132,21 +132,16 @@ class ReshapeFusion(GraphTransformer):
     name = "ReshapeFusion"
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        modified = False
-        for node in graph.topological_order():
-            if graph.node(node.index) is None:
-                continue
-            if self.recurse(node, ctx, graph_level):
-                modified = True
-            if not is_supported_op(node, "Reshape", (5, 13, 14, 19, 21, 23, 24, 25)):
-                continue
-            if not self.node_is_compatible(node):
-                continue
-            if node.attr_int("allowzero", 0) != 0:
-                continue
-            if self._fuse_subgraph(graph, node) or self._fuse_contiguous(graph, node):
-                modified = True
-        return modified
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._visit(graph, node))
+
+    def _visit(self, graph: Graph, node: Node) -> bool:
+        if not is_supported_op(node, "Reshape", (5, 13, 14, 19, 21, 23, 24, 25)):
+            return False
+        if not self.node_is_compatible(node):
+            return False
+        if node.attr_int("allowzero", 0) != 0:
+            return False
+        return self._fuse_subgraph(graph, node) or self._fuse_contiguous(graph, node)
 
     # ------------------------------------------------------------------------------------- Fuse_Subgraph
     def _fuse_subgraph(self, graph: Graph, reshape: Node) -> bool:
