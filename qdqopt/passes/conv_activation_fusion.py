@@ -36,7 +36,9 @@ The registry has no ``FusedConv`` key: a FusedConv followed by another activatio
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import onnx
 
@@ -45,7 +47,7 @@ from qdqopt.graph import Graph, Node
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import check_output_edges, is_supported_op, output_nodes
+from qdqopt.passes.graph_utils import add_replacement_node, check_output_edges, is_supported_op, output_nodes
 from qdqopt.passes.qdq_util import ValueTypes
 from qdqopt.passes.rules_level2 import clip_constant_min_max
 from qdqopt.target import Target
@@ -181,6 +183,38 @@ def fused_conv_attributes(
     return attributes, attr_map
 
 
+_Sel = TypeVar("_Sel")
+
+
+def apply_single_selector(
+    transformer: GraphTransformer,
+    graph: Graph,
+    ctx: PassContext,
+    graph_level: int,
+    targets: dict[tuple[str, str], tuple[int, ...]],
+    select: Callable[[Node], _Sel | None],
+    act: Callable[[_Sel], object],
+) -> bool:
+    """``SelectorActionTransformer::ApplyImpl`` with a single selector/action pair: every node of a compatible EP
+    whose (domain, op type) entry in ``targets`` lists its ``SinceVersion`` goes to ``select``; a selection is
+    logged ``Matched`` (``MatchAndProcess``) and handed to ``act``."""
+
+    def visit(node: Node) -> bool:
+        if not transformer.node_is_compatible(node):
+            return False
+        versions = targets.get((normalize_domain(node.domain), node.op_type))
+        if versions is None or node.since_version not in versions:
+            return False
+        sel = select(node)
+        if sel is None:
+            return False
+        emit(Kind.MATCHED, matched_text(node.op_type), (node.name,))  # SelectorActionTransformer::MatchAndProcess
+        act(sel)
+        return True
+
+    return transformer.visit_in_order(graph, ctx, graph_level, visit)
+
+
 def safely_remove_nodes(graph: Graph, selected: list[Node]) -> None:
     """``SafelyRemoveNodes``: a selected node goes when all its output edges stay inside the selection (the last
     node's edges have moved to the fused node)."""
@@ -195,16 +229,15 @@ def fuse_conv_activation(graph: Graph, sel: ConvActivationSelection) -> Node:
     conv, activation = sel.conv, sel.activation
     attributes, attr_map = fused_conv_attributes(graph, conv, activation)
     op_type, domain = _fused_op(conv)
-    fused = graph.add_node(
-        conv.name,
+    fused = add_replacement_node(
+        graph,
+        conv,
         op_type,
         list(conv.inputs),
         list(activation.outputs),
         domain=domain,
         attributes=attributes,
         attr_map=attr_map,
-        doc_string=conv.doc_string,
-        ep=conv.ep,
     )
     safely_remove_nodes(graph, [conv, activation])
     return fused
@@ -218,18 +251,12 @@ class ConvActivationFusion(GraphTransformer):
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         types = ValueTypes(graph)
-
-        def visit(node: Node) -> bool:
-            if not self.node_is_compatible(node):
-                return False
-            versions = _TARGETS.get((normalize_domain(node.domain), node.op_type))
-            if versions is None or node.since_version not in versions:
-                return False
-            sel = select_conv_activation(graph, node, types, ctx.target)
-            if sel is None:
-                return False
-            emit(Kind.MATCHED, matched_text(node.op_type), (node.name,))  # SelectorActionTransformer::MatchAndProcess
-            fuse_conv_activation(graph, sel)
-            return True
-
-        return self.visit_in_order(graph, ctx, graph_level, visit)
+        return apply_single_selector(
+            self,
+            graph,
+            ctx,
+            graph_level,
+            _TARGETS,
+            lambda node: select_conv_activation(graph, node, types, ctx.target),
+            lambda sel: fuse_conv_activation(graph, sel),
+        )

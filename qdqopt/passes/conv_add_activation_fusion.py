@@ -52,12 +52,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from qdqopt.events import Kind, emit, matched_text
 from qdqopt.graph import Graph, Node
-from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.conv_activation_fusion import conv_type_ok, fused_conv_attributes, safely_remove_nodes
-from qdqopt.passes.graph_utils import check_output_edges, is_supported_op, output_nodes
+from qdqopt.passes.conv_activation_fusion import (
+    apply_single_selector,
+    conv_type_ok,
+    fused_conv_attributes,
+    safely_remove_nodes,
+)
+from qdqopt.passes.graph_utils import add_replacement_node, check_output_edges, is_supported_op, output_nodes
 from qdqopt.passes.qdq_util import Dim, ValueTypes
 from qdqopt.passes.rules_level2 import clip_constant_min_max
 
@@ -207,16 +210,15 @@ def fuse_conv_add_activation(graph: Graph, sel: ConvAddActivationSelection) -> N
     (edge,) = graph.output_edges(conv)
     z = add.inputs[1 - edge.dst_slot]
     last = activation if activation is not None else add
-    fused = graph.add_node(
-        conv.name,
+    fused = add_replacement_node(
+        graph,
+        conv,
         _fused_op_type(conv),
         [*conv.inputs, z],
         list(last.outputs),
         domain=MS,
         attributes=attributes,
         attr_map=attr_map,
-        doc_string=conv.doc_string,
-        ep=conv.ep,
     )
     safely_remove_nodes(graph, [conv, add] + ([activation] if activation is not None else []))
     return fused
@@ -230,18 +232,12 @@ class ConvAddActivationFusion(GraphTransformer):
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         types = ValueTypes(graph)
-
-        def visit(node: Node) -> bool:
-            if not self.node_is_compatible(node):
-                return False
-            versions = _TARGETS.get((normalize_domain(node.domain), node.op_type))
-            if versions is None or node.since_version not in versions:
-                return False
-            sel = select_conv_add_activation(graph, node, types, ctx)
-            if sel is None:
-                return False
-            emit(Kind.MATCHED, matched_text(node.op_type), (node.name,))  # SelectorActionTransformer::MatchAndProcess
-            fuse_conv_add_activation(graph, sel)
-            return True
-
-        return self.visit_in_order(graph, ctx, graph_level, visit)
+        return apply_single_selector(
+            self,
+            graph,
+            ctx,
+            graph_level,
+            _TARGETS,
+            lambda node: select_conv_add_activation(graph, node, types, ctx),
+            lambda sel: fuse_conv_add_activation(graph, sel),
+        )

@@ -44,6 +44,7 @@ import onnx
 from qdqopt.graph import Edge, Graph, Node
 from qdqopt.graph.model import merge_type
 from qdqopt.graph.schema import normalize_domain
+from qdqopt.graph.stdhash import StdUnorderedMap
 
 __all__ = [
     "EdgeToMatch",
@@ -89,6 +90,31 @@ def is_supported_op(node: Node, op_type: str, versions: Iterable[int], domain: s
         and node.since_version is not None
         and node.since_version in tuple(versions)
         and normalize_domain(node.domain) == normalize_domain(domain)
+    )
+
+
+def add_replacement_node(
+    graph: Graph,
+    target: Node,
+    op_type: str,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    *,
+    domain: str,
+    attributes: dict[str, onnx.AttributeProto],
+    attr_map: StdUnorderedMap,
+) -> Node:
+    """The node a ``ReplaceWithNew`` action adds in place of ``target``: its name, doc string and EP."""
+    return graph.add_node(
+        target.name,
+        op_type,
+        inputs,
+        outputs,
+        domain=domain,
+        attributes=attributes,
+        attr_map=attr_map,
+        doc_string=target.doc_string,
+        ep=target.ep,
     )
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 
 from qdqopt.graph import Graph, Node
+from qdqopt.passes.graph_utils import add_replacement_node
 from qdqopt.passes.qdq.selectors import Ctx, Selection
 
 __all__ = [
@@ -177,16 +178,8 @@ class MatMulNBitsAction(Action):
             attr_map.insert(key)
             attributes[key] = onnx.helper.make_attribute(key, values[key])
         inputs = [target.inputs[0], w_name, s_name] + ([z_name] if z_name else [])
-        node = graph.add_node(
-            target.name,
-            "MatMulNBits",
-            [],
-            list(target.outputs),
-            domain=MS,
-            attributes=attributes,
-            attr_map=attr_map,
-            doc_string=target.doc_string,
-            ep=target.ep,
+        node = add_replacement_node(
+            graph, target, "MatMulNBits", [], list(target.outputs), domain=MS, attributes=attributes, attr_map=attr_map
         )
         tensors = [
             _raw(w_name, TP.UINT8, [n, nb, (bs * bits + 7) // 8], packed_w.tobytes()),
@@ -315,16 +308,8 @@ class ReplaceWithNew(Action):
             attributes[name] = value
         inputs, outputs = self.moves(sel)
         op, domain = self.op(sel)
-        graph.add_node(
-            target.name,
-            op,
-            inputs,
-            outputs,
-            domain=domain,
-            attributes=attributes,
-            attr_map=attr_map,
-            doc_string=target.doc_string,
-            ep=target.ep,
+        add_replacement_node(
+            graph, target, op, inputs, outputs, domain=domain, attributes=attributes, attr_map=attr_map
         )
         remove_nodes(graph, sel, preserve_target=False)
 
