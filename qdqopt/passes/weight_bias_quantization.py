@@ -47,6 +47,8 @@ Rewrite, with ``N`` the target's name, names generated in this order:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import onnx
 
@@ -197,26 +199,12 @@ def _quantize_weight(graph: Graph, node: Node, weight: onnx.TensorProto) -> str:
     graph.add_initializer(onnx.numpy_helper.from_array(np.array(scale, dtype=np.float32), scale_name))
     zp_name = graph.generate_value_name(base + "_weight_zp")
     graph.add_initializer(onnx.numpy_helper.from_array(np.array(zp, dtype=np.int8), zp_name))
-    q_out = graph.new_value(base + "_weight_q")
-    q_name = graph.generate_value_name(base + "_weight_q")
-    graph.add_node(
-        q_name,
-        "QuantizeLinear",
-        [node.inputs[1], scale_name, zp_name],
-        [q_out],
-        domain=normalize_domain(node.domain),
-        doc_string="Weight Q node",
-    )
-    dq_out = graph.new_value(base + "_weight_dq")
-    dq_name = graph.generate_value_name(base + "_weight_dq")
-    graph.add_node(
-        dq_name,
-        "DequantizeLinear",
-        [q_out, scale_name, zp_name],
-        [dq_out],
-        domain=normalize_domain(node.domain),
-        doc_string="Weight DQ node",
-    )
+    domain = normalize_domain(node.domain)
+    name_node = graph.generate_value_name  # ORT names these two nodes with GenerateNodeArgName
+    inputs = [node.inputs[1], scale_name, zp_name]
+    q_out = _add_step(graph, "QuantizeLinear", inputs, base + "_weight_q", name_node, domain, "Weight Q node")
+    inputs = [q_out, scale_name, zp_name]
+    dq_out = _add_step(graph, "DequantizeLinear", inputs, base + "_weight_dq", name_node, domain, "Weight DQ node")
     graph.set_input(node, 1, dq_out)
     return scale_name
 
@@ -225,52 +213,59 @@ def _quantize_bias(graph: Graph, node: Node, input_scale: str, weight_scale: str
     """Insert ``Mul -> Div -> Round -> Cast(int32) -> DQ`` for the bias (folded in the next step)."""
     base = node.name
     domain = normalize_domain(node.domain)
-    scale_out = graph.new_value(base + "_bias_scale")
-    graph.add_node(
-        graph.generate_node_name(base + "_scale"),
+    name_node = graph.generate_node_name
+    scale_out = _add_step(
+        graph,
         "Mul",
         [input_scale, weight_scale],
-        [scale_out],
-        domain=domain,
-        doc_string="Bias scale node",
+        base + "_bias_scale",
+        name_node,
+        domain,
+        "Bias scale node",
+        node_base=base + "_scale",
     )
-    div_out = graph.new_value(base + "_bias_div")
-    graph.add_node(
-        graph.generate_node_name(base + "_bias_div"),
-        "Div",
-        [bias, scale_out],
-        [div_out],
-        domain=domain,
-        doc_string="Bias div node",
+    div_out = _add_step(graph, "Div", [bias, scale_out], base + "_bias_div", name_node, domain, "Bias div node")
+    round_out = _add_step(graph, "Round", [div_out], base + "_bias_div_round", name_node, domain, "Bias div round node")
+    to_int32 = {"to": onnx.helper.make_attribute("to", onnx.TensorProto.INT32)}
+    int32_out = _add_step(
+        graph, "Cast", [round_out], base + "_bias_int32", name_node, domain, "Bias INT32 node", attributes=to_int32
     )
-    round_out = graph.new_value(base + "_bias_div_round")
-    graph.add_node(
-        graph.generate_node_name(base + "_bias_div_round"),
-        "Round",
-        [div_out],
-        [round_out],
-        domain=domain,
-        doc_string="Bias div round node",
-    )
-    int32_out = graph.new_value(base + "_bias_int32")
-    graph.add_node(
-        graph.generate_node_name(base + "_bias_int32"),
-        "Cast",
-        [round_out],
-        [int32_out],
-        domain=domain,
-        attributes={"to": onnx.helper.make_attribute("to", onnx.TensorProto.INT32)},
-        doc_string="Bias INT32 node",
-    )
-    dq_out = graph.new_value(base + "_bias_dq")
     attributes = {} if per_tensor else {"axis": onnx.helper.make_attribute("axis", 0)}
-    graph.add_node(
-        graph.generate_node_name(base + "_bias_dq"),
+    dq_out = _add_step(
+        graph,
         "DequantizeLinear",
         [int32_out, scale_out],
-        [dq_out],
-        domain=domain,
+        base + "_bias_dq",
+        name_node,
+        domain,
+        "Bias DQ node",
         attributes=attributes,
-        doc_string="Bias DQ node",
     )
     graph.set_input(node, 2, dq_out)
+
+
+def _add_step(
+    graph: Graph,
+    op_type: str,
+    inputs: list[str],
+    value_base: str,
+    name_node: Callable[[str], str],
+    domain: str,
+    doc_string: str,
+    *,
+    node_base: str | None = None,
+    attributes: dict[str, onnx.AttributeProto] | None = None,
+) -> str:
+    """Add one node of an inserted chain: its output value named first (from ``value_base``), then the node
+    (``name_node(node_base)``, ``node_base`` defaulting to ``value_base``); return the output's name."""
+    out = graph.new_value(value_base)
+    graph.add_node(
+        name_node(value_base if node_base is None else node_base),
+        op_type,
+        inputs,
+        [out],
+        domain=domain,
+        attributes=attributes,
+        doc_string=doc_string,
+    )
+    return out
