@@ -220,18 +220,14 @@ def _resolve_mode(isolate: bool, strict: bool | None) -> bool:
     return isolate or not strict
 
 
-@dataclass
-class PairedRun:
-    """qdqopt's run and ORT's for one model and session setup, in one mode (what :func:`run_paired` returns)."""
+class _SidesView:
+    """What :class:`PairedRun` and :class:`LevelComparison` tell of their :class:`RunSetup` (``sides``)."""
 
-    ours: OptimizeResult
-    ref: ReferenceRun
     sides: RunSetup
-    #: the model file's folder (external data), None for a ModelProto
-    base_dir: Path | None = None
 
     @property
     def mode(self) -> str:
+        """:data:`AS_RUN` or :data:`ISOLATION`."""
         return self.sides.mode
 
     @property
@@ -256,6 +252,17 @@ class PairedRun:
         """Plain lines naming the active plugins, what ran on ORT's side only (and whether ORT's log shows it
         modifying the model), or what isolation mode could not disable; ``limit`` shortens long lists of names."""
         return self.sides.notes(limit)
+
+
+@dataclass
+class PairedRun(_SidesView):
+    """qdqopt's run and ORT's for one model and session setup, in one mode (what :func:`run_paired` returns)."""
+
+    ours: OptimizeResult
+    ref: ReferenceRun
+    sides: RunSetup
+    #: the model file's folder (external data), None for a ModelProto
+    base_dir: Path | None = None
 
 
 def run_paired(
@@ -309,7 +316,7 @@ def run_paired(
 
 
 @dataclass
-class LevelComparison:
+class LevelComparison(_SidesView):
     """One level's comparison: the report, the trace lines of both sides, and how ORT was run for it.
 
     :attr:`mode` is :data:`AS_RUN` (ORT as a user runs it: a fidelity result) or :data:`ISOLATION` (what qdqopt
@@ -326,15 +333,6 @@ class LevelComparison:
     ort: onnx.ModelProto | None = None
 
     @property
-    def mode(self) -> str:
-        """:data:`AS_RUN` or :data:`ISOLATION`."""
-        return self.sides.mode
-
-    @property
-    def isolated(self) -> bool:
-        return self.sides.mode == ISOLATION
-
-    @property
     def user_disabled(self) -> list[str]:
         """The caller's own disabled list (both sides, either mode)."""
         return list(self.sides.user_disabled)
@@ -343,11 +341,6 @@ class LevelComparison:
     def auto_disabled(self) -> list[str]:
         """Isolation mode only: what it disabled on both sides (qdqopt lacks it, or it declines the model)."""
         return list(self.sides.auto_disabled)
-
-    @property
-    def ort_disabled(self) -> list[str]:
-        """Everything ORT ran with in ``disabled_optimizers`` (disabled on qdqopt's side too)."""
-        return self.sides.ort_disabled
 
     @property
     def unsupported(self) -> dict[str, str]:
@@ -372,23 +365,9 @@ class LevelComparison:
         return self.sides.ort_only_modified
 
     @property
-    def plugins(self) -> list[str]:
-        """The passes of one's own that were active on qdqopt's side (ORT has none of them)."""
-        return list(self.sides.plugins)
-
-    @property
     def trace_matches(self) -> bool:
         """Whether qdqopt's trace lines equal ORT's log (plugins' lines are not in :attr:`ours_lines`)."""
         return self.ours_lines == self.ort_lines
-
-    def header(self, limit: int | None = None) -> str:
-        """One line saying how ORT was run (in isolation mode, what it disabled on both sides)."""
-        return self.sides.header(limit)
-
-    def notes(self, limit: int | None = None) -> list[str]:
-        """Plain lines naming what ran on ORT's side only (and whether ORT's log shows it modifying the model), or
-        what isolation mode could not disable; ``limit`` shortens long lists of names."""
-        return self.sides.notes(limit)
 
     def lines(self) -> list[str]:
         """The report's lines: how ORT was run, the verdicts, what ran on one side only, the first differences."""
