@@ -140,17 +140,26 @@ def _scale_from_node(graph: Graph, types: ValueTypes, node: Node) -> tuple[np.fl
     return None
 
 
+def _scale_neighbour(
+    graph: Graph, types: ValueTypes, node: Node, index: int
+) -> tuple[Node, tuple[np.float32, int]] | None:
+    """The neighbour ``index`` of ``node`` if it runs on the same EP and scales by a constant (with the scale and
+    its input slot), else None."""
+    scale_node = graph.node(index)
+    assert scale_node is not None
+    if scale_node.ep != node.ep:
+        return None
+    found = _scale_from_node(graph, types, scale_node)
+    return None if found is None else (scale_node, found)
+
+
 def _input_merges(graph: Graph, node: Node, types: ValueTypes) -> list[_Merge]:
     merges: list[_Merge] = []
     for edge in graph.input_edges(node):
-        scale_node = graph.node(edge.src)
-        assert scale_node is not None
-        if scale_node.ep != node.ep:
+        neighbour = _scale_neighbour(graph, types, node, edge.src)
+        if neighbour is None:
             continue
-        found = _scale_from_node(graph, types, scale_node)
-        if found is None:
-            continue
-        scale, scale_index = found
+        scale_node, (scale, scale_index) = neighbour
         unscaled = scale_node.inputs[1 - scale_index]
         shape = types.shape(unscaled)
         if shape is None or len(shape) == 0:
@@ -164,14 +173,11 @@ def _output_merges(graph: Graph, node: Node, types: ValueTypes) -> list[_Merge]:
         return []
     merges: list[_Merge] = []
     for edge in graph.output_edges(node):
-        scale_node = graph.node(edge.dst)
-        assert scale_node is not None
-        if scale_node.ep != node.ep:
+        neighbour = _scale_neighbour(graph, types, node, edge.dst)
+        if neighbour is None:
             continue
-        found = _scale_from_node(graph, types, scale_node)
-        if found is None:
-            continue
-        merges.append(_Merge(scale_node, found[0], scale_node.outputs[0], edge.src_slot))
+        scale_node, (scale, _) = neighbour
+        merges.append(_Merge(scale_node, scale, scale_node.outputs[0], edge.src_slot))
     return merges
 
 
