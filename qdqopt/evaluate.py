@@ -19,6 +19,12 @@ That is why the result is bit-identical where a numpy re-implementation would no
   (INT32_MIN), which numpy leaves undefined or warns about; float8 and saturating casts follow ORT's tables;
 * reductions and other multi-element kernels keep ORT's order of accumulation.
 
+The outputs are read as the kernel left them. Where onnxruntime's Python binding has no numpy type for an output
+(int4/uint4 and int2/uint2, packed two or four to a byte, float8, bfloat16: ``OrtValue.numpy()`` refuses them, or
+hands float8e4m3fn over as uint8), the tensor's buffer is copied byte for byte (``OrtValue.data_ptr`` and
+``tensor_size_in_bytes``, what ``utils::TensorToTensorProto`` stores as ``raw_data``) into
+:attr:`NodeEvaluation.raw`, and the value is decoded from it by onnx (ml_dtypes arrays, unpacked).
+
 What the session also tells, and ConstantFolding needs before it runs a kernel:
 
 * the output types and shapes ORT's own shape inference gives the node (``InferenceSession.get_outputs()``), for
@@ -35,10 +41,12 @@ bias chains WeightBiasQuantization builds, say) creates each session once.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -65,6 +73,9 @@ class NodeEvaluation:
     #: inferred shapes of the present outputs: None for an unknown rank, None entries for unknown dims
     shapes: tuple[tuple[int | None, ...] | None, ...] = ()
     values: tuple[np.ndarray, ...] = field(default=())
+    #: per present output: the tensor's buffer as the kernel wrote it, for an output numpy has no type for (int4,
+    #: uint4, int2, uint2, float8, bfloat16: packed where sub-byte), else None (``values`` holds it exactly)
+    raw: tuple[bytes | None, ...] = field(default=())
 
     @property
     def ok(self) -> bool:
@@ -157,13 +168,48 @@ def _evaluate(model: onnx.ModelProto, data: bytes) -> NodeEvaluation:
     if not _has_cpu_kernel(model, types):
         return NodeEvaluation(error="no CPU kernel for the node's types", types=types, shapes=shapes)
     try:
-        values = session.run(None, {})
+        outputs = session.run_with_ort_values(None, {})
+        fetched = [_fetch(value, type_str) for value, type_str in zip(outputs, types, strict=True)]
     except Exception as exc:
         return NodeEvaluation(error=f"compute: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
-    arrays = tuple(np.asarray(v) for v in values)
+    arrays = tuple(array for array, _ in fetched)
+    raw = tuple(data for _, data in fetched)
     # an unknown rank comes back from ORT as [] as well: only a 0-d result makes [] a known (scalar) shape
     shapes = tuple(None if s == () and a.ndim != 0 else s for s, a in zip(shapes, arrays, strict=True))
-    return NodeEvaluation(types=types, shapes=shapes, values=arrays)
+    return NodeEvaluation(types=types, shapes=shapes, values=arrays, raw=raw)
+
+
+def _fetch(value: Any, type_str: str) -> tuple[np.ndarray, bytes | None]:
+    """An output (an ``OrtValue``) as a numpy array and, where numpy has no type for it, the tensor's buffer (see the
+    module docstring)."""
+    elem = _elem_type(type_str)
+    if elem not in _RAW_ONLY:
+        return np.asarray(value.numpy()), None
+    size = int(value.tensor_size_in_bytes())
+    data = ctypes.string_at(value.data_ptr(), size) if size else b""
+    dims = [int(d) for d in value.shape()]
+    tensor = onnx.TensorProto(data_type=elem, dims=dims, raw_data=data)
+    return onnx.numpy_helper.to_array(tensor), data
+
+
+#: element types whose outputs are read from the tensor's buffer: those numpy (and ORT's binding) has no type for
+_RAW_ONLY = frozenset(
+    int(getattr(onnx.TensorProto, name))
+    for name in (
+        "INT4",
+        "UINT4",
+        "INT2",
+        "UINT2",
+        "FLOAT4E2M1",
+        "FLOAT8E4M3FN",
+        "FLOAT8E4M3FNUZ",
+        "FLOAT8E5M2",
+        "FLOAT8E5M2FNUZ",
+        "FLOAT8E8M0",
+        "BFLOAT16",
+    )
+    if hasattr(onnx.TensorProto, name)
+)
 
 
 def _shape_of(shape: object) -> tuple[int | None, ...] | None:

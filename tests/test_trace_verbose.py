@@ -47,13 +47,7 @@ FEATURED = (
     "ort_testdata/onnxruntime/test/testdata/transform/runtime_optimization/matmulnbits_add.onnx",
 )
 #: corpus models where qdqopt differs from ORT for a reason outside the events: (path, levels) -> why
-KNOWN = {
-    "migraphx/test/onnx/int4_const_identity_qdq_test.onnx": (
-        ("basic", "extended", "layout", "all"),
-        "ConstantFolding: ORT folds the int4 Q -> DQ -> Transpose chain, qdqopt does not (docs/notes/"
-        "transpose_optimizer.md); the INFO trace differs too",
-    ),
-}
+KNOWN: dict[str, tuple[tuple[str, ...], str]] = {}
 #: fixtures that show one kind of event each: If branches cleaned in attribute-map order (then_branch first),
 #: ConvAddActivationFusion's Matched, NhwcTransformer's NodeArg removals
 FEATURED_FIXTURES = ("convaddact/if_branches", "convaddact/residual_blocks", "nhwc/conv_maxpool_chain")

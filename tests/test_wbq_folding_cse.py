@@ -287,6 +287,53 @@ def test_evaluator_refuses_a_node_without_cpu_kernel() -> None:
     assert ok.ok and ok.values[0].tolist() == [2.0]
 
 
+def test_evaluator_keeps_the_packed_int4_buffer() -> None:
+    """An int4 output (no numpy type in ORT's binding) comes back as the kernel's packed buffer, the very raw_data
+    ORT's ConstantFolding writes (odd count: the last byte half used), and decoded for ``values``."""
+    clear_cache()
+    tensor = onnx.numpy_helper.from_array(np.array([-9.0, -8.5, -0.5, 0.5, 1.5, 7.49, 20.0], np.float32), "a")
+    scale = onnx.numpy_helper.from_array(np.array(1.0, np.float32), "s")
+    zp = onnx.helper.make_tensor("z", onnx.TensorProto.INT4, [], [0])
+    node = onnx.helper.make_node("QuantizeLinear", ["a", "s", "z"], ["y"], name="n")
+    result = evaluate_node("QuantizeLinear", "", [], [tensor, scale, zp], [True], {"": 21})
+    assert result.ok, result.error
+    assert result.types == ("tensor(int4)",) and result.shapes == ((7,),)
+    g = onnx.helper.make_graph([node], "g", [], [onnx.ValueInfoProto(name="y")], [tensor, scale, zp])
+    model = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    saved = run_reference(model, "basic", capture_log=False).model
+    (folded,) = [t for t in saved.graph.initializer if t.name == "y"]
+    assert folded.data_type == onnx.TensorProto.INT4
+    assert result.raw == (folded.raw_data,) and len(folded.raw_data) == 4
+    assert result.values[0].astype(np.int8).tolist() == [-8, -8, 0, 0, 2, 7, 7]
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("level", ["basic", "extended", "all"])
+def test_int4_folds_as_ort_runs(level: str, config: str) -> None:
+    """ORT folds the int4 Q on a constant and the int4 DQ -> Transpose -> Q unit (nothing disabled): same bytes,
+    same log; without the packed buffer qdqopt leaves both Qs."""
+    model = _fixture("folding/int4_q_and_unit_on_constants")
+    comp = compare_level(model, level, config=CONFIGS[config])
+    assert comp.ours_lines == comp.ort_lines
+    assert comp.report.holds("P"), "\n".join(comp.report.lines())
+    assert comp.ours is not None and "QuantizeLinear" not in [n.op_type for n in comp.ours.graph.node]
+
+
+def test_int4_fold_needs_the_packed_buffer() -> None:
+    """Mutation: reading int4 outputs through numpy (which refuses them) leaves the Qs in place, unlike ORT."""
+    from qdqopt import evaluate
+    from tests.conftest import patched
+
+    clear_cache()
+    try:
+        with patched(evaluate, "_RAW_ONLY", frozenset()):
+            comp = compare_level(_fixture("folding/int4_q_and_unit_on_constants"), "basic")
+    finally:
+        clear_cache()
+    assert not comp.report.holds("S")
+
+
 def test_weight_quantization_parameters_equal_ort() -> None:
     """``GetQuantizationParameter<int8>``: the scale and zp ORT writes for a fp32 Conv weight, bit for bit."""
     model = _fixture("wbq/conv_fp32_weight_and_bias")

@@ -43,8 +43,11 @@ only it: that matters for Shape).
 The values are not recomputed in numpy: :mod:`qdqopt.evaluate` runs the node, with its constant inputs, through the
 very CPU kernel of the installed onnxruntime (a one-node session at ORT_DISABLE_ALL, one thread, as ConstantFolding's
 execution frame has none), which is what ConstantFolding itself does; so ``Round`` ties, IEEE single ``Div``,
-MLAS ``QuantizeLinear``, NaN/inf/out-of-range ``Cast`` (INT32_MIN on x86) come out bit-identical. The same session
-yields ORT's inferred output shapes for the size estimate and tells whether a CPU kernel exists for the types.
+MLAS ``QuantizeLinear``, NaN/inf/out-of-range ``Cast`` (INT32_MIN on x86) come out bit-identical. An output numpy has no
+type for (an int4/uint4 ``QuantizeLinear``, packed two to a byte; float8, bfloat16) is stored as the kernel's buffer,
+byte for byte, as ORT's ``TensorToTensorProto`` stores it; so int4 Qs and int4 DQ -> X -> Q units fold as in ORT.
+The same session yields ORT's inferred output shapes for the size estimate and tells whether a CPU kernel exists for
+the types.
 """
 
 from __future__ import annotations
@@ -221,22 +224,29 @@ def _fold(graph: Graph, node: Node, limit: int) -> bool:
             return False
     if not result.ok:
         return False
-    if limit > 0 and sum(_actual_bytes(v) for v in result.values) > limit:
+    raw = result.raw or (None,) * len(result.values)
+    if limit > 0 and sum(_actual_bytes(v, r) for v, r in zip(result.values, raw, strict=True)) > limit:
         return False
     if not all(t.startswith("tensor(") for t in result.types):
         return False
     names = [name for name in node.outputs if name]
-    for name, value in zip(names, result.values, strict=True):
-        graph.add_initializer(_to_tensor(name, value))
+    for name, value, data, type_str in zip(names, result.values, raw, result.types, strict=True):
+        graph.add_initializer(_to_tensor(name, value, data, _elem_of(type_str)))
     return True
 
 
-def _to_tensor(name: str, value: np.ndarray) -> onnx.TensorProto:
-    """``utils::TensorToTensorProto``: dims, the tensor's type and raw data (strings as string_data)."""
+def _to_tensor(name: str, value: np.ndarray, raw: bytes | None = None, elem_type: int = 0) -> onnx.TensorProto:
+    """``utils::TensorToTensorProto``: dims, the tensor's type and raw data (strings as string_data). A type numpy
+    has none for (int4 packed two to a byte, float8, bfloat16...) keeps the kernel's buffer, byte for byte."""
+    if raw is not None:
+        return onnx.TensorProto(name=name, dims=list(value.shape), data_type=elem_type, raw_data=raw)
     return numpy_helper.from_array(value if value.flags.c_contiguous else value.copy(), name)
 
 
-def _actual_bytes(value: np.ndarray) -> int:
+def _actual_bytes(value: np.ndarray, raw: bytes | None = None) -> int:
+    """``Tensor::SizeInBytes``."""
+    if raw is not None:
+        return len(raw)
     if value.dtype == object:
         return 32 * int(value.size)
     return int(value.nbytes)
