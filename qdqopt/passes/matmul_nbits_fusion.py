@@ -70,7 +70,7 @@ def _select_bias(graph: Graph, node: Node, types: ValueTypes) -> tuple[Node, int
     shape = types.shape(add.inputs[bias_slot])
     if shape is None:
         return None
-    n = node.attr("N")
+    n = node.attr_int("N")
     if len(shape) != 1 or not shape[0].HasField("dim_value") or shape[0].dim_value != n:
         return None
     return add, bias_slot

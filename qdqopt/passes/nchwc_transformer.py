@@ -145,25 +145,6 @@ class _NchwcArg:
     shape: _Shape
 
 
-def _attr(node: Node, name: str) -> onnx.AttributeProto | None:
-    return node.attributes.get(name)
-
-
-def _attr_int(node: Node, name: str) -> int | None:
-    attr = _attr(node, name)
-    return int(attr.i) if attr is not None and attr.type == onnx.AttributeProto.INT else None
-
-
-def _attr_str(node: Node, name: str) -> str | None:
-    attr = _attr(node, name)
-    return attr.s.decode() if attr is not None and attr.type == onnx.AttributeProto.STRING else None
-
-
-def _attr_ints(node: Node, name: str) -> list[int] | None:
-    attr = _attr(node, name)
-    return list(attr.ints) if attr is not None else None
-
-
 def _dim_value(dim: onnx.TensorShapeProto.Dimension) -> int | None:
     return int(dim.dim_value) if dim.HasField("dim_value") else None
 
@@ -295,7 +276,7 @@ class _Impl:
     def shape_inference(self, node: Node, source: _Shape, out: _Shape, filter_dims: list[int] | None) -> None:
         """``ConvPoolShapeInference``."""
         out.dims[0] = source.dims[0]
-        pads, strides, dilations = _attr_ints(node, "pads"), _attr_ints(node, "strides"), _attr_ints(node, "dilations")
+        pads, strides, dilations = node.attr_ints("pads"), node.attr_ints("strides"), node.attr_ints("dilations")
         if (
             (pads is not None and len(pads) != 2 * _SPATIAL)
             or (strides is not None and len(strides) != _SPATIAL)
@@ -304,11 +285,11 @@ class _Impl:
             return
         kernel_shape: list[int] | None = None
         if filter_dims is None:
-            kernel_shape = _attr_ints(node, "kernel_shape")
+            kernel_shape = node.attr_ints("kernel_shape")
             if kernel_shape is None or len(kernel_shape) != _SPATIAL:
                 return
         same_shape = False
-        auto_pad = _attr_str(node, "auto_pad")
+        auto_pad = node.attr_str("auto_pad")
         if auto_pad is not None and auto_pad != "NOTSET":
             if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
                 same_shape = True
@@ -385,8 +366,7 @@ class _Impl:
         if weight is None or len(weight.dims) != 4:
             return
         out_channels, in_channels = int(weight.dims[0]), int(weight.dims[1])
-        group = _attr_int(node, "group")
-        group = 1 if group is None else group
+        group = node.attr_int("group", 1)
         block = self.block
         nchwc_out_channels = align_up(out_channels, block)
         reorder_input = True
@@ -460,8 +440,8 @@ class _Impl:
             return
         if (
             node.op_type == "AveragePool"
-            and (_attr_int(node, "ceil_mode") or 0) == 1
-            and (_attr_int(node, "count_include_pad") or 0) != 0
+            and node.attr_int("ceil_mode", 0) == 1
+            and node.attr_int("count_include_pad", 0) != 0
         ):
             return
         source_value = node.inputs[0]
@@ -599,7 +579,7 @@ class _Impl:
         self.removed_nodes.insert(0, node.index)
 
     def transform_concat(self, node: Node) -> None:
-        if _attr_int(node, "axis") != 1:
+        if node.attr_int("axis") != 1:
             return
         args: list[_NchwcArg] = []
         total = 0
@@ -628,10 +608,8 @@ class _Impl:
         output; there must be one, not producing a graph output."""
         if node.op_type != "HardSigmoid" or self.output_edge_count(node) != 1:
             return False
-        alpha_attr, beta_attr = _attr(node, "alpha"), _attr(node, "beta")
-        float_type = onnx.AttributeProto.FLOAT
-        alpha = np.float32(alpha_attr.f if alpha_attr is not None and alpha_attr.type == float_type else 0.2)
-        beta = np.float32(beta_attr.f if beta_attr is not None and beta_attr.type == float_type else 0.5)
+        alpha = np.float32(node.attr_float("alpha", 0.2))
+        beta = np.float32(node.attr_float("beta", 0.5))
         if abs(alpha - _HARDSWISH_ALPHA) > _HARDSWISH_TOLERANCE or abs(beta - _HARDSWISH_BETA) > _HARDSWISH_TOLERANCE:
             return False
         conv = arg.node
@@ -684,8 +662,7 @@ class _Impl:
         ):
             conv.add_attribute(onnx.helper.make_attribute("activation", node.op_type))
             if node.op_type == "HardSigmoid":
-                alpha, beta = _attr(node, "alpha"), _attr(node, "beta")
-                params = [0.2 if alpha is None else alpha.f, 0.5 if beta is None else beta.f]
+                params = [node.attr_float("alpha", 0.2), node.attr_float("beta", 0.5)]
                 conv.add_attribute(onnx.helper.make_attribute("activation_params", params))
             self.fuse_nchwc_argument(node, arg)
             self.removed_nodes.insert(0, node.index)
@@ -698,11 +675,11 @@ class _Impl:
         arg = self.nchwc_args.get(node.inputs[0])
         if arg is None:
             return
-        spatial = _attr_int(node, "spatial")
+        spatial = node.attr_int("spatial")
         if spatial is not None and spatial != 1:
             return
-        eps_attr = _attr(node, "epsilon")
-        if eps_attr is None or eps_attr.type != onnx.AttributeProto.FLOAT:
+        eps = node.attr_float("epsilon")
+        if eps is None:
             return
         channels = arg.channels
         params: list[np.ndarray] = []
@@ -717,7 +694,7 @@ class _Impl:
         if len(params) != 4:
             return
         scale, bias, mean, var = params
-        epsilon = np.float32(eps_attr.f)
+        epsilon = np.float32(eps)
         std = np.sqrt((var + epsilon).astype(np.float32)).astype(np.float32)
         scale = (scale / std).astype(np.float32)
         bias = (bias - (mean * scale).astype(np.float32)).astype(np.float32)
@@ -738,7 +715,7 @@ class _Impl:
         arg = self.nchwc_args.get(node.inputs[0])
         if arg is None:
             return
-        if _attr_ints(node, "perm") != [0, 2, 3, 1]:
+        if node.attr_ints("perm") != [0, 2, 3, 1]:
             return
         reorder = self.add_node(
             self.graph.generate_node_name("ReorderOutput"), "ReorderOutput", [arg.value], list(node.outputs)
@@ -755,7 +732,7 @@ class _Impl:
         arg = self.nchwc_args.get(inputs[0])
         if arg is None:
             return
-        mode = _attr_str(node, "mode")
+        mode = node.attr_str("mode")
         nearest = True
         if mode is not None and mode != "nearest":
             if mode != "linear":
@@ -771,13 +748,13 @@ class _Impl:
                 if len(inputs) < 3:
                     return
                 scales_value = inputs[2]
-            transformation = _attr_str(node, "coordinate_transformation_mode")
+            transformation = node.attr_str("coordinate_transformation_mode")
             if transformation is None:
                 return
             # the nearest kernel supports asymmetric only
             if transformation != "asymmetric" and (nearest or transformation not in ("align_corners", "half_pixel")):
                 return
-            if nearest and _attr_str(node, "nearest_mode") != "floor":
+            if nearest and node.attr_str("nearest_mode") != "floor":
                 return
         else:
             if len(inputs) < 2:
@@ -834,7 +811,7 @@ class _Impl:
         self.removed_nodes.insert(0, node.index)
 
     def track_transpose_from_nhwc(self, node: Node) -> None:
-        if _attr_ints(node, "perm") != [0, 3, 1, 2]:
+        if node.attr_ints("perm") != [0, 3, 1, 2]:
             return
         if self.produces_graph_output(node) or self.output_edge_count(node) != 1:
             return
