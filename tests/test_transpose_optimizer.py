@@ -38,9 +38,8 @@ FIRING = [
     f"{TESTDATA}/transpose_optimizer_shared_initializers.onnx",
     f"{TESTDATA}/transpose_optimizer_shared_initializers_broadcast.onnx",
     f"{TESTDATA}/transpose_optimizer_shared_initializers_broadcast2.onnx",
-    # DQ -> Transpose repaired into a QDQ unit (TryFixTransposeMissingQ); int4_const_identity_qdq_test.onnx differs at
-    # BASIC with or without the transpose optimizers (ConstantFolding of its int4 chain)
-    *(f"migraphx/test/onnx/int4_const_identity_block_sz_{n}_qdq_test.onnx" for n in (1, 2)),
+    # DQ -> Transpose repaired into a QDQ unit (TryFixTransposeMissingQ)
+    *(f"migraphx/test/onnx/int4_const_identity{n}_qdq_test.onnx" for n in ("", "_block_sz_1", "_block_sz_2")),
     *(f"tract/{op}_{i}/model.onnx" for op in ("qrelu", "qsigmoid", "qtanh") for i in (1, 2)),
     # NodeArg types kept dim by dim (symbolic ``batch``), declared values saved with the types the run left
     f"{TESTDATA}/attention_past_state.u8s8.onnx",
