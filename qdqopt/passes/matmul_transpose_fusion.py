@@ -171,33 +171,30 @@ def _reorder_cast_and_transpose(state: _State, cast: Node) -> _Side | None:
         new_type.tensor_type.elem_type = out_type.tensor_type.elem_type
         graph.set_value_type(new_output, new_type)
 
-    graph.add_node(
-        graph.generate_node_name(cast.name + SUFFIX),
-        cast.op_type,
-        [transpose_input],
-        [new_output],
-        domain=cast.domain,
-        attributes=dict(cast.attributes),
-        attr_map=cast.attr_map,
-        doc_string="Created a new Cast node to interchange Cast and Transpose nodes",
-        ep=cast.ep,
-    )
-    new_transpose = graph.add_node(
-        graph.generate_node_name(transpose.name + "_transformed"),
-        transpose.op_type,
-        [new_output],
-        [cast_output],
-        domain=transpose.domain,
-        attributes=dict(transpose.attributes),
-        attr_map=transpose.attr_map,
-        doc_string="Created a new Transpose node to interchange Cast and Transpose nodes",
-        ep=transpose.ep,
-    )
+    _add_copy(graph, cast, cast.name + SUFFIX, [transpose_input], [new_output], "Cast")
+    new_name = transpose.name + "_transformed"
+    new_transpose = _add_copy(graph, transpose, new_name, [new_output], [cast_output], "Transpose")
     consumers = state.update_consumer_count(transpose.outputs[0])
     graph.remove_node(cast)
     if consumers == 0:
         state.removed.insert(0, transpose.index)
     return _Side(new_transpose, found.trans, found.trans_batch)
+
+
+def _add_copy(graph: Graph, node: Node, name_base: str, inputs: list[str], outputs: list[str], what: str) -> Node:
+    """A new node doing what ``node`` does (op, domain, attributes, EP) between other values, named after
+    ``name_base`` (``GenerateNodeName``)."""
+    return graph.add_node(
+        graph.generate_node_name(name_base),
+        node.op_type,
+        inputs,
+        outputs,
+        domain=node.domain,
+        attributes=dict(node.attributes),
+        attr_map=node.attr_map,
+        doc_string=f"Created a new {what} node to interchange Cast and Transpose nodes",
+        ep=node.ep,
+    )
 
 
 def _allowed(elem: int | None, ep: str) -> bool:
