@@ -36,9 +36,9 @@ The registry has no ``FusedConv`` key: a FusedConv followed by another activatio
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from abc import abstractmethod
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 import onnx
 
@@ -186,33 +186,39 @@ def fused_conv_attributes(
 _Sel = TypeVar("_Sel")
 
 
-def apply_single_selector(
-    transformer: GraphTransformer,
-    graph: Graph,
-    ctx: PassContext,
-    graph_level: int,
-    targets: dict[tuple[str, str], tuple[int, ...]],
-    select: Callable[[Node], _Sel | None],
-    act: Callable[[_Sel], object],
-) -> bool:
-    """``SelectorActionTransformer::ApplyImpl`` with a single selector/action pair: every node of a compatible EP
-    whose (domain, op type) entry in ``targets`` lists its ``SinceVersion`` goes to ``select``; a selection is
-    logged ``Matched`` (``MatchAndProcess``) and handed to ``act``."""
+class SingleSelectorTransformer(GraphTransformer, Generic[_Sel]):
+    """``SelectorActionTransformer`` with a single selector/action pair: every node of a compatible EP whose
+    (domain, op type) entry in :attr:`targets` lists its ``SinceVersion`` goes to :meth:`select`; a selection is
+    logged ``Matched`` (``MatchAndProcess``) and handed to :meth:`act`."""
 
-    def visit(node: Node) -> bool:
-        if not transformer.node_is_compatible(node):
-            return False
-        versions = targets.get((normalize_domain(node.domain), node.op_type))
-        if versions is None or node.since_version not in versions:
-            return False
-        sel = select(node)
-        if sel is None:
-            return False
-        emit(Kind.MATCHED, matched_text(node.op_type), (node.name,))  # SelectorActionTransformer::MatchAndProcess
-        act(sel)
-        return True
+    #: (domain, op type) -> accepted ``SinceVersion``s
+    targets: ClassVar[dict[tuple[str, str], tuple[int, ...]]] = {}
 
-    return transformer.visit_in_order(graph, ctx, graph_level, visit)
+    @abstractmethod
+    def select(self, graph: Graph, node: Node, types: ValueTypes, ctx: PassContext) -> _Sel | None:
+        """The selection rooted at ``node``, or None."""
+
+    @abstractmethod
+    def act(self, graph: Graph, sel: _Sel) -> None:
+        """Rewrite the selection."""
+
+    def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
+        types = ValueTypes(graph)
+
+        def visit(node: Node) -> bool:
+            if not self.node_is_compatible(node):
+                return False
+            versions = self.targets.get((normalize_domain(node.domain), node.op_type))
+            if versions is None or node.since_version not in versions:
+                return False
+            sel = self.select(graph, node, types, ctx)
+            if sel is None:
+                return False
+            emit(Kind.MATCHED, matched_text(node.op_type), (node.name,))  # SelectorActionTransformer::MatchAndProcess
+            self.act(graph, sel)
+            return True
+
+        return self.visit_in_order(graph, ctx, graph_level, visit)
 
 
 def safely_remove_nodes(graph: Graph, selected: list[Node]) -> None:
@@ -243,20 +249,16 @@ def fuse_conv_activation(graph: Graph, sel: ConvActivationSelection) -> Node:
     return fused
 
 
-class ConvActivationFusion(GraphTransformer):
+class ConvActivationFusion(SingleSelectorTransformer[ConvActivationSelection]):
     """Fuse Conv + Relu/Sigmoid/Tanh/LeakyRelu/HardSigmoid/constant Clip into ``com.microsoft.FusedConv``."""
 
     name = "ConvActivationFusion"
     compatible_eps = (CPU, ACL, JS, WEBGPU)
 
-    def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
-        return apply_single_selector(
-            self,
-            graph,
-            ctx,
-            graph_level,
-            _TARGETS,
-            lambda node: select_conv_activation(graph, node, types, ctx.target),
-            lambda sel: fuse_conv_activation(graph, sel),
-        )
+    targets = _TARGETS
+
+    def select(self, graph: Graph, node: Node, types: ValueTypes, ctx: PassContext) -> ConvActivationSelection | None:
+        return select_conv_activation(graph, node, types, ctx.target)
+
+    def act(self, graph: Graph, sel: ConvActivationSelection) -> None:
+        fuse_conv_activation(graph, sel)

@@ -53,9 +53,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qdqopt.graph import Graph, Node
-from qdqopt.passes.base import GraphTransformer, PassContext
+from qdqopt.passes.base import PassContext
 from qdqopt.passes.conv_activation_fusion import (
-    apply_single_selector,
+    SingleSelectorTransformer,
     conv_type_ok,
     fused_conv_attributes,
     safely_remove_nodes,
@@ -224,20 +224,18 @@ def fuse_conv_add_activation(graph: Graph, sel: ConvAddActivationSelection) -> N
     return fused
 
 
-class ConvAddActivationFusion(GraphTransformer):
+class ConvAddActivationFusion(SingleSelectorTransformer[ConvAddActivationSelection]):
     """Fuse Conv + Add (+ Relu/Sigmoid/Tanh/LeakyRelu/HardSigmoid/constant Clip) into ``FusedConv`` with ``Z``."""
 
     name = "ConvAddActivationFusion"
     compatible_eps = (CPU,)
 
-    def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
-        return apply_single_selector(
-            self,
-            graph,
-            ctx,
-            graph_level,
-            _TARGETS,
-            lambda node: select_conv_add_activation(graph, node, types, ctx),
-            lambda sel: fuse_conv_add_activation(graph, sel),
-        )
+    targets = _TARGETS
+
+    def select(
+        self, graph: Graph, node: Node, types: ValueTypes, ctx: PassContext
+    ) -> ConvAddActivationSelection | None:
+        return select_conv_add_activation(graph, node, types, ctx)
+
+    def act(self, graph: Graph, sel: ConvAddActivationSelection) -> None:
+        fuse_conv_add_activation(graph, sel)
