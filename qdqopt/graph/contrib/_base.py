@@ -163,10 +163,13 @@ class Node:
         """``updateOutputShape`` / ``propagateShapeFromInputToOutput``."""
         self.out(index).dims = _copy(dims)
 
-    def propagate_shape(self, source: int, index: int) -> None:
-        dims = self.shape(source)
+    def set_shape_if_known(self, index: int, dims: Sequence[Dim] | None) -> None:
+        """:meth:`set_shape` when ``dims`` is known (not None)."""
         if dims is not None:
             self.set_shape(index, dims)
+
+    def propagate_shape(self, source: int, index: int) -> None:
+        self.set_shape_if_known(index, self.shape(source))
 
     def propagate_shape_and_type_from_first_input(self) -> None:
         """ONNX's ``propagateShapeAndTypeFromFirstInput``."""

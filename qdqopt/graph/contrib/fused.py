@@ -49,19 +49,13 @@ def _fused_matmul(node: Node) -> None:
         _transposed(a, node.attr_int("transA", 0) != 0, node.attr_int("transBatchA", 0) != 0),
         _transposed(b, node.attr_int("transB", 0) != 0, node.attr_int("transBatchB", 0) != 0),
     )
-    if dims is not None:
-        node.set_shape(0, dims)
-
-
-def _first_input(node: Node) -> None:
-    node.propagate_shape_and_type_from_first_input()
+    node.set_shape_if_known(0, dims)
 
 
 def _fused_conv(node: Node) -> None:
     node.propagate_elem(0, 0)
     dims = conv_pool_shape(node, node.shape(0), node.shape(1), use_dilation=True, require_kernel_shape=False)
-    if dims is not None:
-        node.set_shape(0, dims)
+    node.set_shape_if_known(0, dims)
 
 
 def _fused_gemm(node: Node) -> None:
@@ -137,10 +131,10 @@ SPECS = [
     OpSpec(MS, "FusedMatMul", _fused_matmul),
     OpSpec(MS, "FusedConv", _fused_conv),
     OpSpec(MS, "FusedGemm", _fused_gemm),
-    OpSpec(MS, "Gelu", _first_input),
-    OpSpec(MS, "FastGelu", _first_input),
-    OpSpec(MS, "BiasGelu", _first_input),
-    OpSpec(MS, "QuickGelu", _first_input),
+    OpSpec(MS, "Gelu", Node.propagate_shape_and_type_from_first_input),
+    OpSpec(MS, "FastGelu", Node.propagate_shape_and_type_from_first_input),
+    OpSpec(MS, "BiasGelu", Node.propagate_shape_and_type_from_first_input),
+    OpSpec(MS, "QuickGelu", Node.propagate_shape_and_type_from_first_input),
     OpSpec(MS, "SkipLayerNormalization", _skip_layer_normalization),
     OpSpec(MS, "SkipSimplifiedLayerNormalization", _skip_layer_normalization),
     OpSpec("", "LayerNormalization", _layer_normalization),

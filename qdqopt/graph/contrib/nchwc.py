@@ -20,7 +20,6 @@ sets the one the inference uses (default: :meth:`qdqopt.target.Target.detect`'s)
 from __future__ import annotations
 
 from qdqopt.graph.contrib._base import (
-    Dim,
     InferenceError,
     Node,
     OpSpec,
@@ -51,26 +50,21 @@ def nchwc_block_size() -> int:
     return Target.detect().nchwc_block_size
 
 
-def _shape_into(node: Node, dims: list[Dim] | None) -> None:
-    if dims is not None:
-        node.set_shape(0, dims)
-
-
 def _conv(node: Node) -> None:
     node.propagate_elem(0, 0)
-    _shape_into(
-        node, conv_pool_shape(node, node.shape(0), node.shape(1), use_dilation=True, require_kernel_shape=False)
+    node.set_shape_if_known(
+        0, conv_pool_shape(node, node.shape(0), node.shape(1), use_dilation=True, require_kernel_shape=False)
     )
 
 
 def _pool(node: Node) -> None:
     node.propagate_elem(0, 0)
-    _shape_into(node, conv_pool_shape(node, node.shape(0), None, use_dilation=True, require_kernel_shape=True))
+    node.set_shape_if_known(0, conv_pool_shape(node, node.shape(0), None, use_dilation=True, require_kernel_shape=True))
 
 
 def _global_pool(node: Node) -> None:
     node.propagate_elem(0, 0)
-    _shape_into(node, global_pool_shape(node.shape(0)))
+    node.set_shape_if_known(0, global_pool_shape(node.shape(0)))
 
 
 def _reorder_input(node: Node) -> None:

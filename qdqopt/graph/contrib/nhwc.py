@@ -17,16 +17,11 @@ The NHWC transposition (``NhwcInferenceContext``) needs a rank of 3 at least, on
 
 from __future__ import annotations
 
-from qdqopt.graph.contrib._base import Dim, Node, OpSpec, conv_pool_shape, dim_value, nhwc_conv_pool_shape
+from qdqopt.graph.contrib._base import Node, OpSpec, conv_pool_shape, dim_value, nhwc_conv_pool_shape
 
 __all__ = ["SPECS"]
 
 MS = "com.microsoft"
-
-
-def _shape_into(node: Node, dims: list[Dim] | None) -> None:
-    if dims is not None:
-        node.set_shape(0, dims)
 
 
 def _qlinear_conv(node: Node) -> None:
@@ -36,12 +31,14 @@ def _qlinear_conv(node: Node) -> None:
         dims = conv_pool_shape(node, x, w, use_dilation=True, require_kernel_shape=False)
     else:
         dims = nhwc_conv_pool_shape(node, x, w, use_dilation=True, require_kernel_shape=False)
-    _shape_into(node, dims)
+    node.set_shape_if_known(0, dims)
 
 
 def _nhwc_max_pool(node: Node) -> None:
     node.propagate_elem(0, 0)
-    _shape_into(node, nhwc_conv_pool_shape(node, node.shape(0), None, use_dilation=True, require_kernel_shape=True))
+    node.set_shape_if_known(
+        0, nhwc_conv_pool_shape(node, node.shape(0), None, use_dilation=True, require_kernel_shape=True)
+    )
 
 
 def _qlinear_average_pool(node: Node) -> None:
@@ -51,7 +48,7 @@ def _qlinear_average_pool(node: Node) -> None:
         dims = conv_pool_shape(node, x, None, use_dilation=False, require_kernel_shape=True)
     else:
         dims = nhwc_conv_pool_shape(node, x, None, use_dilation=False, require_kernel_shape=True)
-    _shape_into(node, dims)
+    node.set_shape_if_known(0, dims)
 
 
 def _qlinear_global_average_pool(node: Node) -> None:
@@ -69,7 +66,7 @@ def _qlinear_global_average_pool(node: Node) -> None:
 def _nhwc_conv(node: Node) -> None:
     node.propagate_elem(0, 0)
     x, w = node.shape(0), node.shape(1)
-    _shape_into(node, nhwc_conv_pool_shape(node, x, w, use_dilation=True, require_kernel_shape=False))
+    node.set_shape_if_known(0, nhwc_conv_pool_shape(node, x, w, use_dilation=True, require_kernel_shape=False))
 
 
 SPECS = [

@@ -49,12 +49,7 @@ def _qlinear_math(node: Node) -> None:
     a, b = node.shape(0), node.shape(3)
     if a is not None and b is not None:
         dims = broadcast(a, b)
-        if dims is not None:
-            node.set_shape(0, dims)
-
-
-def _first_input(node: Node) -> None:
-    node.propagate_shape_and_type_from_first_input()
+        node.set_shape_if_known(0, dims)
 
 
 def _qlinear_softmax(node: Node) -> None:
@@ -148,8 +143,7 @@ def _qlinear_where(node: Node) -> None:
         cond, x, y = node.shape(0), node.shape(1), node.shape(4)
         assert cond is not None and x is not None and y is not None
         dims = broadcast(cond, x, y)
-        if dims is not None:
-            node.set_shape(0, dims)
+        node.set_shape_if_known(0, dims)
 
 
 def _qgemm(node: Node) -> None:
@@ -175,8 +169,7 @@ def _matmul(node: Node) -> None:
     if not a or not b:
         raise InferenceError("Input tensors of wrong rank (0).")
     dims = matmul_shape(a, b)
-    if dims is not None:
-        node.set_shape(0, dims)
+    node.set_shape_if_known(0, dims)
 
 
 def _matmul_integer_to_float(node: Node) -> None:
@@ -209,8 +202,8 @@ SPECS = [
     OpSpec(MS, "DequantizeLinear", _dequantize_linear),
     OpSpec(MS, "QLinearAdd", _qlinear_math),
     OpSpec(MS, "QLinearMul", _qlinear_math),
-    OpSpec(MS, "QLinearLeakyRelu", _first_input),
-    OpSpec(MS, "QLinearSigmoid", _first_input),
+    OpSpec(MS, "QLinearLeakyRelu", Node.propagate_shape_and_type_from_first_input),
+    OpSpec(MS, "QLinearSigmoid", Node.propagate_shape_and_type_from_first_input),
     OpSpec(MS, "QLinearSoftmax", _qlinear_softmax),
     OpSpec(MS, "QLinearReduceMean", _qlinear_reduce_mean),
     OpSpec(MS, "QLinearConcat", _qlinear_concat),
