@@ -20,6 +20,7 @@ sets the one the inference uses (default: :meth:`qdqopt.target.Target.detect`'s)
 from __future__ import annotations
 
 from qdqopt.graph.contrib._base import (
+    Dim,
     InferenceError,
     Node,
     OpSpec,
@@ -67,14 +68,20 @@ def _global_pool(node: Node) -> None:
     node.set_shape_if_known(0, global_pool_shape(node.shape(0)))
 
 
-def _reorder_input(node: Node) -> None:
+def _reorder_source(node: Node) -> list[Dim] | None:
+    """The element type propagated; the input's shape (None if unknown), of rank 2 or more."""
     node.propagate_elem(0, 0)
     x = node.shape(0)
+    if x is not None and len(x) < 2:
+        raise InferenceError("tensor rank too small")
+    return x
+
+
+def _reorder_input(node: Node) -> None:
+    x = _reorder_source(node)
     if x is None:
         return
     rank = len(x)
-    if rank < 2:
-        raise InferenceError("tensor rank too small")
     channels_last = node.attr_int("channels_last", 0) != 0
     channels = x[rank - 1 if channels_last else 1]
     if channels.HasField("dim_value"):
@@ -87,13 +94,9 @@ def _reorder_input(node: Node) -> None:
 
 
 def _reorder_output(node: Node) -> None:
-    node.propagate_elem(0, 0)
-    x = node.shape(0)
+    x = _reorder_source(node)
     if x is None:
         return
-    rank = len(x)
-    if rank < 2:
-        raise InferenceError("tensor rank too small")
     channels = node.attr_int("channels", 0)
     if channels <= 0:
         raise InferenceError("invalid channel count")

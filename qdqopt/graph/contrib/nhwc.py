@@ -17,21 +17,23 @@ The NHWC transposition (``NhwcInferenceContext``) needs a rank of 3 at least, on
 
 from __future__ import annotations
 
-from qdqopt.graph.contrib._base import Node, OpSpec, conv_pool_shape, dim_value, nhwc_conv_pool_shape
+from qdqopt.graph.contrib._base import Dim, Node, OpSpec, conv_pool_shape, dim_value, nhwc_conv_pool_shape
 
 __all__ = ["SPECS"]
 
 MS = "com.microsoft"
 
 
+def _qlinear_shape(node: Node, w: list[Dim] | None, *, use_dilation: bool, require_kernel_shape: bool) -> None:
+    """Output 0's shape by the NCHW inference, or the NHWC one when ``channels_last`` is set."""
+    infer = nhwc_conv_pool_shape if node.attr_int("channels_last", 0) != 0 else conv_pool_shape
+    dims = infer(node, node.shape(0), w, use_dilation=use_dilation, require_kernel_shape=require_kernel_shape)
+    node.set_shape_if_known(0, dims)
+
+
 def _qlinear_conv(node: Node) -> None:
     node.propagate_elem(7, 0)
-    x, w = node.shape(0), node.shape(3)
-    if node.attr_int("channels_last", 0) == 0:
-        dims = conv_pool_shape(node, x, w, use_dilation=True, require_kernel_shape=False)
-    else:
-        dims = nhwc_conv_pool_shape(node, x, w, use_dilation=True, require_kernel_shape=False)
-    node.set_shape_if_known(0, dims)
+    _qlinear_shape(node, node.shape(3), use_dilation=True, require_kernel_shape=False)
 
 
 def _nhwc_max_pool(node: Node) -> None:
@@ -43,12 +45,7 @@ def _nhwc_max_pool(node: Node) -> None:
 
 def _qlinear_average_pool(node: Node) -> None:
     node.propagate_elem(0, 0)
-    x = node.shape(0)
-    if node.attr_int("channels_last", 0) == 0:
-        dims = conv_pool_shape(node, x, None, use_dilation=False, require_kernel_shape=True)
-    else:
-        dims = nhwc_conv_pool_shape(node, x, None, use_dilation=False, require_kernel_shape=True)
-    node.set_shape_if_known(0, dims)
+    _qlinear_shape(node, None, use_dilation=False, require_kernel_shape=True)
 
 
 def _qlinear_global_average_pool(node: Node) -> None:
