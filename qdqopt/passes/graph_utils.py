@@ -311,6 +311,16 @@ def remove_node_with_single_node_in_single_used_output(graph: Graph, node: Node)
     return True
 
 
+def _redirect_consumer(graph: Graph, edge: Edge, new_name: str) -> None:
+    """The consumer at the end of ``edge`` reads ``new_name`` instead (an implicit input of a subgraph renamed)."""
+    consumer = graph.node(edge.dst)
+    assert consumer is not None
+    if _is_implicit(graph, edge):
+        _update_implicit_name(graph, consumer, edge.value, new_name)
+    else:
+        graph.set_input(consumer, edge.dst_slot, new_name)
+
+
 def replace_downstream_node_input(
     graph: Graph, node: Node, output_idx: int, replacement: Node, replacement_output_idx: int
 ) -> None:
@@ -318,12 +328,7 @@ def replace_downstream_node_input(
     output ``replacement_output_idx`` instead (inside subgraphs too)."""
     new_name = replacement.outputs[replacement_output_idx]
     for edge in [e for e in graph.output_edges(node) if e.src_slot == output_idx]:
-        consumer = graph.node(edge.dst)
-        assert consumer is not None
-        if _is_implicit(graph, edge):
-            _update_implicit_name(graph, consumer, edge.value, new_name)
-        else:
-            graph.set_input(consumer, edge.dst_slot, new_name)
+        _redirect_consumer(graph, edge, new_name)
 
 
 def can_replace_node_with_initializer(graph: Graph, node: Node, initializer_name: str) -> bool:
@@ -345,12 +350,7 @@ def replace_node_with_initializer(graph: Graph, node: Node, replacement: str) ->
     edges = graph.output_edges(node)
     graph.remove_node(node)
     for edge in edges:
-        consumer = graph.node(edge.dst)
-        assert consumer is not None
-        if _is_implicit(graph, edge):
-            _update_implicit_name(graph, consumer, edge.value, replacement)
-        else:
-            graph.set_input(consumer, edge.dst_slot, replacement)
+        _redirect_consumer(graph, edge, replacement)
     return True
 
 
