@@ -179,6 +179,12 @@ class _Attrs:
     protos: dict[str, onnx.AttributeProto]
     order: StdUnorderedMap
 
+    def add_node(self, graph: Graph, name: str, op_type: str, inputs: list[str], output: str, domain: str) -> None:
+        """Add an inserted Q or DQ node with these attributes."""
+        graph.add_node(
+            name, op_type, inputs, [output], domain=domain, attributes=self.protos, attr_map=self.order, doc_string=DOC
+        )
+
 
 def _copy_attrs(node: Node) -> _Attrs:
     return _Attrs(dict(node.attributes), node.attr_map.copy())
@@ -220,32 +226,14 @@ def _insert_qdq_pairs(
     q_to_dq = graph.new_value(base + "_q_to_dq")
     q_name = graph.generate_node_name(base + "_q")
     params = [scale] if zero_point is None else [scale, zero_point]
-    graph.add_node(
-        q_name,
-        "QuantizeLinear",
-        [pre_q, *params],
-        [q_to_dq],
-        domain=domain,
-        attributes=q_attrs.protos,
-        attr_map=q_attrs.order,
-        doc_string=DOC,
-    )
+    q_attrs.add_node(graph, q_name, "QuantizeLinear", [pre_q, *params], q_to_dq, domain)
     if src is not None and first.src is not None:
         graph.set_output(src, first.src[1], pre_q)
     for k, edge in enumerate(edges):
         suffix = "" if k == 0 else str(k)
         post_dq = base if edge.dst is None else graph.new_value(base + "_post_dq" + suffix)
         dq_name = graph.generate_node_name(base + "_dq" + suffix)
-        graph.add_node(
-            dq_name,
-            "DequantizeLinear",
-            [q_to_dq, *params],
-            [post_dq],
-            domain=domain,
-            attributes=dq_attrs.protos,
-            attr_map=dq_attrs.order,
-            doc_string=DOC,
-        )
+        dq_attrs.add_node(graph, dq_name, "DequantizeLinear", [q_to_dq, *params], post_dq, domain)
         if edge.dst is not None:
             graph.set_input(_node(graph, edge.dst[0]), edge.dst[1], post_dq)
 
