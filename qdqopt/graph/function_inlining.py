@@ -33,7 +33,6 @@ What ORT does, step by step:
 
 from __future__ import annotations
 
-import copy
 import weakref
 from collections.abc import Iterable, Mapping, MutableSequence, Sequence
 
@@ -42,7 +41,6 @@ import onnx
 from qdqopt.errors import ModelError
 from qdqopt.graph.core import Graph, Node
 from qdqopt.graph.schema import normalize_domain
-from qdqopt.graph.stdhash import StdUnorderedMap
 
 __all__ = [
     "INLINE_PREFIX",
@@ -260,7 +258,7 @@ def inline_function(
 
 def _inline_function_proto(graph: Graph, fp: onnx.FunctionProto, call: Node, normalise: bool) -> list[Node]:
     """``Graph::InlineFunctionProto``: Constant nodes first (as initializers), then the other nodes in body order."""
-    from qdqopt.graph.model import _build_graph, _constant_to_tensor, _normalise_initializer
+    from qdqopt.graph.model import _add_proto_node, _build_graph, _constant_to_tensor, _normalise_initializer
 
     def duplicate(name: str) -> ModelError:
         return ModelError(
@@ -288,20 +286,7 @@ def _inline_function_proto(graph: Graph, fp: onnx.FunctionProto, call: Node, nor
                 )
             ):
                 raise duplicate(name)
-        attrs = {a.name: copy.deepcopy(a) for a in body_node.attribute}
-        attr_map = StdUnorderedMap()
-        attr_map.reserve(len(body_node.attribute))
-        attr_map.update(a.name for a in body_node.attribute)
-        new = graph.add_node(
-            body_node.name,
-            body_node.op_type,
-            list(body_node.input),
-            list(body_node.output),
-            domain=normalize_domain(body_node.domain),
-            attributes=attrs,
-            doc_string=body_node.doc_string,
-            attr_map=attr_map,
-        )
+        new = _add_proto_node(graph, body_node, normalize_domain(body_node.domain))
         for attr in body_node.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
                 new.subgraphs[attr.name] = _build_graph(attr.g, graph.opsets, graph.ir_version, graph, new)

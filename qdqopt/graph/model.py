@@ -137,6 +137,29 @@ def load_model(source: str | os.PathLike[str] | onnx.ModelProto, *, inline_local
     return model
 
 
+def _add_proto_node(
+    graph: Graph, proto: onnx.NodeProto, domain: str, *, original: onnx.NodeProto | None = None
+) -> Node:
+    """Add the node ``proto`` describes (its attributes deep-copied), under ``domain``; its subgraphs are the
+    caller's."""
+    attrs = {a.name: copy.deepcopy(a) for a in proto.attribute}
+    # ORT fills a reserved map in proto order, then copies it into the node (same iteration order).
+    attr_map = StdUnorderedMap()
+    attr_map.reserve(len(proto.attribute))
+    attr_map.update(a.name for a in proto.attribute)
+    return graph.add_node(
+        proto.name,
+        proto.op_type,
+        list(proto.input),
+        list(proto.output),
+        domain=domain,
+        attributes=attrs,
+        doc_string=proto.doc_string,
+        original=original,
+        attr_map=attr_map,
+    )
+
+
 def _build_graph(
     gp: onnx.GraphProto, opsets: dict[str, int], ir_version: int, parent: Graph | None, parent_node: Node | None
 ) -> Graph:
@@ -166,22 +189,7 @@ def _build_graph(
         if _is_constant(node_proto):
             continue
         graph.original_nodes.append(node_proto)
-        attrs = {a.name: copy.deepcopy(a) for a in node_proto.attribute}
-        # ORT fills a reserved map in proto order, then copies it into the node (same iteration order).
-        attr_map = StdUnorderedMap()
-        attr_map.reserve(len(node_proto.attribute))
-        attr_map.update(a.name for a in node_proto.attribute)
-        node = graph.add_node(
-            node_proto.name,
-            node_proto.op_type,
-            list(node_proto.input),
-            list(node_proto.output),
-            domain=node_proto.domain,
-            attributes=attrs,
-            doc_string=node_proto.doc_string,
-            original=node_proto,
-            attr_map=attr_map,
-        )
+        node = _add_proto_node(graph, node_proto, node_proto.domain, original=node_proto)
         for attr in node_proto.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
                 node.subgraphs[attr.name] = _build_graph(attr.g, opsets, ir_version, graph, node)
