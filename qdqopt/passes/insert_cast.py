@@ -72,17 +72,18 @@ def _produces_graph_output(graph: Graph, node: Node) -> bool:
     return any(value and graph.is_graph_output(value) for value in node.outputs)
 
 
-def _bind(graph: Graph, value: str, type_str: str, types: dict[str, str]) -> bool | None:
-    """Bind a type constraint for the fp32 kernel lookup: an fp16 value binds float (True), another value its own
-    type (False); None when the value's type is unknown."""
+def _bind(graph: Graph, value: str, type_str: str, types: dict[str, str], fp16_slots: set[int], slot: int) -> bool:
+    """Bind a type constraint for the fp32 kernel lookup: an fp16 value binds float (and ``slot`` joins
+    ``fp16_slots``), another value its own type; False when the value's type is unknown."""
     if _is_fp16(graph, value):
         types[type_str] = FLOAT_TENSOR
+        fp16_slots.add(slot)
         return True
     known = type_string(graph.value_type(value))
     if known is None:
-        return None
+        return False
     types[type_str] = known
-    return False
+    return True
 
 
 def _is_isolated_fp16_node_on_cpu(graph: Graph, node: Node) -> bool:
@@ -102,11 +103,8 @@ def _is_isolated_fp16_node_on_cpu(graph: Graph, node: Node) -> bool:
                 value = node.inputs[index]
                 if not value:
                     continue
-                bound = _bind(graph, value, formal.type_str, types)
-                if bound is None:
+                if not _bind(graph, value, formal.type_str, types, fp16_inputs, index):
                     return False
-                if bound:
-                    fp16_inputs.add(index)
                 break  # only the first present arg of a formal
         start += count
     if not fp16_inputs:
@@ -119,11 +117,8 @@ def _is_isolated_fp16_node_on_cpu(graph: Graph, node: Node) -> bool:
         value = node.outputs[slot]
         if formal.type_str not in schema.constraint_names or not value:
             continue
-        bound = _bind(graph, value, formal.type_str, types)
-        if bound is None:
+        if not _bind(graph, value, formal.type_str, types, fp16_outputs, slot):
             return False
-        if bound:
-            fp16_outputs.add(slot)
     if not fp16_outputs:
         return False
     for edge in graph.output_edges(node):
