@@ -89,8 +89,8 @@ def _check(name: str, level: str, config: dict[str, str], disabled: list[str]) -
         assert result.ours_lines == result.ort_lines, f"{name} {level}: trace differs"
         assert result.report.holds("S"), f"{name} {level}:\n" + "\n".join(result.report.lines())
         finals = final_reorder_outputs(result.ort)
-        if result.report.holds("P") or finals > 2:
-            return
+        if result.report.holds("P") or finals >= 2:
+            return  # ORT's order is random (tests/test_whole_levels.py shows it across processes): S suffices
         if finals == 2:
             attempts = RETRIES
         attempt += 1
