@@ -4,8 +4,9 @@
 * ``ApiGraph`` keeps NodeArg types as ORT does: ``SetShape`` writes only dims > 0 and leaves an untyped NodeArg alone,
   ``CopyValueInfo``/``PermuteDims``/``UnsqueezeDims`` copy dims as they are (symbolic names too), new nodes and
   ``MoveOutput`` create untyped NodeArgs, ``Shape()`` reads a symbolic dim as -1.
-* Saved models, against ORT 1.32 live (tier P, in ``tests/test_transpose_optimizer.py`` for every ``transpose/``
-  fixture): here the facts the fixtures were built to show, and mutations that must make the comparison fail.
+* Saved models, against ORT 1.32 live (tier P, in ``tests/passes/test_transpose_optimizer.py`` for every
+  ``transpose/`` fixture): here the facts the fixtures were built to show, and mutations that must make the
+  comparison fail.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from tests.conftest import corpus_id, corpus_models, ort_accepts
 
 CONFIGS = {"default": {}, "int8": {"session.qdqisint8allowed": "1"}}
 OFF = ["TransposeOptimizer", "TransposeOptimizer_CPUExecutionProvider"]
-MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
+MODELS = Path(__file__).resolve().parents[2] / "fixtures" / "models"
 TINY = MODELS / "tinyconvnet_pt2e.onnx"
 
 
