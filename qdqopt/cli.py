@@ -191,9 +191,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
         limit = None if getattr(args, "verbose", False) else SHOWN
         notes = [pair.header(limit), *pair.notes(limit)]
     else:
-        result = run(
-            args.input, args.level, disabled=args.disable or (), config=_config(args.config), plugins=plugins
-        )
+        result = run(args.input, args.level, disabled=args.disable or (), config=_config(args.config), plugins=plugins)
     print(f"trace of {args.input} at {result.level.ort_name}")
     for note in notes:
         print(f"  {note}")

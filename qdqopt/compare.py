@@ -397,9 +397,7 @@ def compare_level(
             ones, and their trace lines are left out of :attr:`LevelComparison.trace_matches`.
     """
     isolate = _resolve_mode(isolate, strict)
-    pair = run_paired(
-        model, level, config=config, disabled=disabled, isolate=isolate, target=target, plugins=plugins
-    )
+    pair = run_paired(model, level, config=config, disabled=disabled, isolate=isolate, target=target, plugins=plugins)
     report = compare(pair.ours.model, pair.ref.model, tiers=tiers, base_dir=pair.base_dir)
     report.mode = pair.mode
     report.ort_disabled = pair.ort_disabled

@@ -24,6 +24,7 @@ order.
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -56,6 +57,8 @@ class TraceEntry:
     missing_rules: tuple[str, ...] = ()
     #: a pass of one's own (:class:`~qdqopt.registry.Plugin`): ORT has no such pass and never logs this line
     plugin: bool = False
+    #: wall time of the application (the pass and the Resolve after it), in seconds
+    seconds: float = 0.0
 
     def ort_line(self) -> str:
         return f"GraphTransformer {self.name} modified: {int(self.modified)}"
@@ -92,12 +95,7 @@ Snapshot = Callable[[str, Graph], None]
 
 def op_counts(graph: Graph) -> collections.Counter[str]:
     """Op counts of a graph and its subgraphs, keyed ``op`` or ``domain.op``."""
-    counts: collections.Counter[str] = collections.Counter()
-    for node in graph.nodes():
-        counts[node.qualified_op] += 1
-        for sub in node.subgraphs.values():
-            counts.update(op_counts(sub))
-    return counts
+    return graph.op_counts()
 
 
 def _delta(before: collections.Counter[str], after: collections.Counter[str]) -> dict[str, int]:
@@ -162,9 +160,13 @@ def run_pipeline(
             if log.level is not None:  # GraphTransformerManager::ApplyTransformers
                 log.add(events.Kind.APPLY, events.apply_text(spec.name, step + 1))
             mark = len(log.events)
+            start = time.perf_counter()
             modified = transformer.apply(graph, ctx) if transformer is not None else False
+            seconds = time.perf_counter() - start
             log.insert_before_resolve(mark, events.Kind.MODIFIED, events.modified_text(spec.name, modified))
-        entry = TraceEntry(spec.name, spec.stage, step, modified, transformer is not None, plugin=spec.is_plugin)
+        entry = TraceEntry(
+            spec.name, spec.stage, step, modified, transformer is not None, plugin=spec.is_plugin, seconds=seconds
+        )
         entry.missing_rules = missing.get(spec.name, ()) if transformer is not None else ()
         if modified:
             entry.op_delta = _delta(before, op_counts(graph))

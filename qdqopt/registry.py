@@ -384,8 +384,9 @@ def check_table(table: Sequence[PassSpec]) -> None:
                 if rule.impl.name != rule.name:
                     raise ValueError(f"{where}: rule {rule.name!r}: {rule.impl.__name__}.name is {rule.impl.name!r}")
                 if tuple(rule.impl.op_types) != rule.ops:
-                    raise ValueError(f"{where}: rule {rule.name!r}: ops {rule.ops} but the class targets "
-                                     f"{tuple(rule.impl.op_types)}")
+                    raise ValueError(
+                        f"{where}: rule {rule.name!r}: ops {rule.ops} but the class targets {tuple(rule.impl.op_types)}"
+                    )
             if rule.name in rule_classes and rule_classes[rule.name] is not rule.impl:
                 raise ValueError(f"{where}: rule {rule.name!r} is registered elsewhere with another class")
             rule_classes[rule.name] = rule.impl
@@ -400,9 +401,7 @@ check_table(PASSES)
 TRANSFORMERS: dict[str, type[GraphTransformer]] = {s.name: s.impl for s in PASSES if s.impl is not None}
 
 #: Rule name -> implementing class, for every implemented rule of :data:`PASSES`, in registration order.
-RULES: dict[str, type[RewriteRule]] = {
-    r.name: r.impl for s in PASSES for r in s.rules if r.impl is not None
-}
+RULES: dict[str, type[RewriteRule]] = {r.name: r.impl for s in PASSES for r in s.rules if r.impl is not None}
 
 
 def implementation(spec: PassSpec) -> type[GraphTransformer] | None:
@@ -574,4 +573,3 @@ def registered_passes(
 def plugin_specs(plugins: Sequence[Plugin]) -> tuple[PassSpec, ...]:
     """The placed lines of ``plugins`` alone (what :func:`with_plugins` adds), in table order."""
     return tuple(s for s in with_plugins(plugins) if s.is_plugin)
-

@@ -29,6 +29,7 @@ keep edges, producers and the *modified* flag consistent. networkx never leaves 
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import overload
@@ -194,6 +195,9 @@ class Graph:
         self._producer: dict[str, tuple[int, int]] = {}
         self._consumers: dict[str, set[int]] = {}
         self._consumed: dict[int, set[str]] = {}
+        # live node names (with multiplicity) and op counts, kept as nodes come and go
+        self._live_names: collections.Counter[str] = collections.Counter()
+        self._op_count: collections.Counter[str] = collections.Counter()
         # graph interface
         self.inputs: list[onnx.ValueInfoProto] = []
         self.outputs: list[onnx.ValueInfoProto] = []
@@ -202,7 +206,8 @@ class Graph:
         self.value_info_names: set[str] = set()
         # initializers, in ORT's graph_proto_->initializer() order
         self._init_order: list[str] = []  # graph_proto_->initializer(), swap-with-last on removal
-        self._verbatim_order: list[str] = []  # a subgraph saved verbatim keeps its file order (stable removal)
+        self._init_pos: dict[str, int] = {}  # name -> its index in _init_order
+        self._verbatim_order: dict[str, None] = {}  # a subgraph saved verbatim keeps its file order (stable removal)
         self._inits: dict[str, onnx.TensorProto] = {}
         # ``name_to_initial_tensor_``: a std::unordered_map whose iteration order decides removal order.
         self._init_map = StdUnorderedMap()
@@ -254,7 +259,10 @@ class Graph:
         new.value_info = [_copy_proto(v) for v in self.value_info]
         new.value_info_names = set(self.value_info_names)
         new._init_order = list(self._init_order)
-        new._verbatim_order = list(self._verbatim_order)
+        new._init_pos = dict(self._init_pos)
+        new._verbatim_order = dict(self._verbatim_order)
+        new._live_names = collections.Counter(self._live_names)
+        new._op_count = collections.Counter(self._op_count)
         new._inits = dict(self._inits)
         new._init_map = self._init_map.copy()
         new._arrays = dict(self._arrays)
@@ -302,16 +310,25 @@ class Graph:
         return self._nodes.get(index)
 
     def nodes(self) -> list[Node]:
-        """Live nodes in index order."""
-        return [self._nodes[i] for i in sorted(self._nodes)]
+        """Live nodes in index order (the dict's insertion order: indices only grow and are never reused)."""
+        return list(self._nodes.values())
+
+    def op_counts(self) -> collections.Counter[str]:
+        """Op counts of this graph and its subgraphs, keyed ``op`` or ``domain.op`` (kept as nodes come and go)."""
+        counts = collections.Counter(self._op_count)
+        for node in self._nodes.values():
+            for sub in node.subgraphs.values():
+                counts.update(sub.op_counts())
+        return counts
 
     def topological_order(self) -> list[Node]:
         """Live nodes in ORT's topological order (a snapshot: later removals do not affect it)."""
         if self._order is None:  # computed once per structure: every node or edge change resets it
+            pred, succ = self._nx._pred, self._nx._succ
             self._order = ort_topological_order(
                 self._nodes,
-                lambda i: [src for src, _ in self._nx.in_edges(i)],
-                lambda i: self._nx.out_degree(i) > 0,
+                lambda i: [src for src, keys in pred[i].items() for _ in keys],
+                lambda i: bool(succ[i]),
             )
         return [self._nodes[i] for i in self._order]
 
@@ -359,6 +376,8 @@ class Graph:
         self._next_index += 1
         self._nodes[node.index] = node
         self._nx.add_node(node.index)
+        self._live_names[name] += 1
+        self._op_count[node.qualified_op] += 1
         self._order = None
         node.since_version = self._since_version(node)
         for value in (*node.inputs, *node.outputs):  # GetOrCreateNodeArg: inputs, then outputs
@@ -387,6 +406,12 @@ class Graph:
         self._nx.remove_node(node.index)
         self._order = None
         del self._nodes[node.index]
+        self._live_names[node.name] -= 1
+        if not self._live_names[node.name]:
+            del self._live_names[node.name]
+        self._op_count[node.qualified_op] -= 1
+        if not self._op_count[node.qualified_op]:
+            del self._op_count[node.qualified_op]
         self.modified = True
 
     def set_attribute(self, node: Node, attr: onnx.AttributeProto) -> None:
@@ -480,22 +505,28 @@ class Graph:
 
     def output_edges(self, node: Node) -> list[Edge]:
         """Output edges in ORT's ``EdgeEndCompare`` order: consumer index, then source slot, then input slot."""
+        src = node.index
         edges = [
-            Edge(dst=dst, src_slot=key[0], dst_slot=key[1], src=node.index, value=data["value"])
-            for _, dst, key, data in self._nx.out_edges(node.index, keys=True, data=True)
+            Edge(dst, key[0], key[1], src, data["value"])
+            for dst, keys in self._nx._succ[src].items()
+            for key, data in keys.items()
         ]
-        return sorted(edges)
+        edges.sort()
+        return edges
 
     def input_edges(self, node: Node) -> list[Edge]:
+        dst = node.index
         edges = [
-            Edge(dst=node.index, src_slot=key[0], dst_slot=key[1], src=src, value=data["value"])
-            for src, _, key, data in self._nx.in_edges(node.index, keys=True, data=True)
+            Edge(dst, key[0], key[1], src, data["value"])
+            for src, keys in self._nx._pred[dst].items()
+            for key, data in keys.items()
         ]
-        return sorted(edges, key=lambda e: (e.src, e.src_slot, e.dst_slot))
+        edges.sort(key=lambda e: (e.src, e.src_slot, e.dst_slot))
+        return edges
 
     def input_nodes(self, node: Node) -> list[Node]:
         """Producers of the node's inputs, one per input edge, in ascending index order."""
-        return [self._nodes[src] for src, _ in sorted(self._nx.in_edges(node.index))]
+        return [self._nodes[src] for src in sorted(s for s, keys in self._nx._pred[node.index].items() for _ in keys)]
 
     def graph_output_names(self) -> list[str]:
         return [o.name for o in self.outputs]
@@ -616,19 +647,21 @@ class Graph:
                 f"tensor({kind(declared.type.tensor_type.elem_type).lower()})"
             )
         self._inits[name] = tensor
+        self._init_pos[name] = len(self._init_order)
         self._init_order.append(name)
-        self._verbatim_order.append(name)
+        self._verbatim_order[name] = None
         self._init_map.insert(name)
         self._known(name)
         self.modified = True
 
     def remove_initializer(self, name: str) -> None:
         """``Graph::RemoveInitializedTensor``: the entry is swapped with the last one and the last is dropped."""
-        index = self._init_order.index(name)
-        last = len(self._init_order) - 1
-        self._init_order[index], self._init_order[last] = self._init_order[last], self._init_order[index]
-        self._init_order.pop()
-        self._verbatim_order.remove(name)
+        index = self._init_pos.pop(name)
+        moved = self._init_order.pop()
+        if moved != name:
+            self._init_order[index] = moved
+            self._init_pos[moved] = index
+        del self._verbatim_order[name]
         del self._inits[name]
         self._init_map.erase(name)
         self._arrays.pop(name, None)
@@ -645,7 +678,7 @@ class Graph:
 
     def generate_node_name(self, base: str) -> str:
         """``Graph::GenerateNodeName``."""
-        live = {n.name for n in self._nodes.values()}
+        live = self._live_names
         name = base
         while name in live or name in self._generated_nodes:
             name = f"{base}_token_{self._counter}"
@@ -836,20 +869,37 @@ class Graph:
 
     def _rewire_inputs(self, node: Node) -> None:
         """Rebuild every input edge of ``node`` from its explicit and implicit inputs."""
+        # networkx's adjacency is reached directly: {src: {dst: {key: data}}} and its mirror share the key dicts
         self._order = None
-        for src, _, key in list(self._nx.in_edges(node.index, keys=True)):
-            self._nx.remove_edge(src, node.index, key)
-        all_inputs = [*node.inputs, *node.implicit_inputs]
-        for value in self._consumed.get(node.index, set()) - set(all_inputs):
-            self._consumers.get(value, set()).discard(node.index)
-        self._consumed[node.index] = {v for v in all_inputs if v}
+        index = node.index
+        succ, pred = self._nx._succ, self._nx._pred
+        preds = pred[index]
+        for src in preds:
+            del succ[src][index]
+        preds.clear()
+        all_inputs = node.inputs + node.implicit_inputs if node.implicit_inputs else node.inputs
+        consumed = {v for v in all_inputs if v}
+        old = self._consumed.get(index)
+        if old:
+            for value in old - consumed:
+                self._consumers.get(value, set()).discard(index)
+        self._consumed[index] = consumed
+        consumers, producer = self._consumers, self._producer
         for slot, value in enumerate(all_inputs):
             if not value:
                 continue
-            self._consumers.setdefault(value, set()).add(node.index)
-            found = self._producer.get(value)
+            readers = consumers.get(value)
+            if readers is None:
+                consumers[value] = {index}
+            else:
+                readers.add(index)
+            found = producer.get(value)
             if found is not None:
-                self._nx.add_edge(found[0], node.index, key=(found[1], slot), value=value)
+                src = found[0]
+                keys = succ[src].get(index)
+                if keys is None:
+                    keys = succ[src][index] = preds[src] = {}
+                keys[(found[1], slot)] = {"value": value}
 
     def _connect_consumers_of(self, value: str) -> None:
         for index in list(self._consumers.get(value, ())):
@@ -891,6 +941,9 @@ _CLONED_FIELDS = {
     "_producer",
     "_consumers",
     "_consumed",
+    "_live_names",
+    "_op_count",
+    "_init_pos",
     "inputs",
     "outputs",
     "value_info",

@@ -79,6 +79,18 @@ def lookup(domain: str, op_type: str, opset: int | None) -> OpSchema | None:
     """The schema ORT resolves a node to, or None when the registry has none for that opset."""
     if opset is None:
         return None
+    key = (domain, op_type, opset)
+    found = _LOOKUPS.get(key, _MISSING)
+    if found is _MISSING:
+        found = _LOOKUPS[key] = _lookup(domain, op_type, opset)
+    return found  # type: ignore[return-value]
+
+
+_MISSING = object()
+_LOOKUPS: dict[tuple[str, str, int], OpSchema | object | None] = {}
+
+
+def _lookup(domain: str, op_type: str, opset: int) -> OpSchema | None:
     versions = _registry().get((normalize_domain(domain), op_type))
     if not versions:
         return None

@@ -115,6 +115,7 @@ an existing key is found, never where a new node goes.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import struct
 from collections.abc import Iterable, Iterator, Sequence
@@ -159,8 +160,20 @@ def std_hash_bytes(data: bytes, seed: int = HASH_SEED) -> int:
 
 def std_hash_string(key: str | bytes) -> int:
     """``std::hash<std::string>`` of ``key`` (a ``str`` is taken as its UTF-8 bytes)."""
-    data = key.encode("utf-8") if isinstance(key, str) else bytes(key)
-    return std_hash_bytes(data)
+    if isinstance(key, str):
+        code = _STR_HASHES.get(key)
+        if code is None:
+            code = _STR_HASHES[key] = std_hash_bytes(key.encode("utf-8"))
+            if len(_STR_HASHES) > _STR_HASHES_MAX:  # a bound, not a policy: the oldest half goes
+                for old in list(itertools.islice(_STR_HASHES, _STR_HASHES_MAX // 2)):
+                    del _STR_HASHES[old]
+        return code
+    return std_hash_bytes(bytes(key))
+
+
+#: hashes of the strings met so far (attribute and value names repeat across maps, graphs and runs)
+_STR_HASHES: dict[str, int] = {}
+_STR_HASHES_MAX = 1 << 20
 
 
 # libstdc++'s __prime_list for 64-bit unsigned long: 256 + 48 primes plus a
@@ -347,11 +360,17 @@ class StdUnorderedMap:
         """
         if key in self._index:
             return False
-        code = std_hash_string(key)
+        return self.insert_hashed(key, std_hash_string(key))
+
+    def insert_hashed(self, key: str, code: int) -> bool:
+        """Insert ``key`` with the hash ``code`` (a map whose keys hash otherwise, as :class:`StdUnorderedIndexSet`)."""
+        if key in self._index:
+            return False
         node = _Node(key, code)
-        do_rehash, count = self._policy.need_rehash(self._bucket_count, len(self._index), 1)
-        if do_rehash:
-            self._rehash_unique(count)
+        if len(self._index) + 1 > self._policy.next_resize:  # need_rehash's own first test, inlined
+            do_rehash, count = self._policy.need_rehash(self._bucket_count, len(self._index), 1)
+            if do_rehash:
+                self._rehash_unique(count)
         self._insert_bucket_begin(code % self._bucket_count, node)
         self._index[key] = node
         return True
@@ -469,6 +488,26 @@ class StdUnorderedMap:
             node = nxt
         self._buckets = new_buckets
         self._bucket_count = count
+
+
+class StdUnorderedIndexSet:
+    """Key order of a libstdc++ ``std::unordered_set<NodeIndex>``: integer keys hash to themselves, and the list and
+    buckets behave as :class:`StdUnorderedMap`'s (a new key at the front of its bucket's run, or at the head of the
+    list if its bucket is empty; a rehash relinks in the old order; erase only unlinks)."""
+
+    __slots__ = ("_map",)
+
+    def __init__(self) -> None:
+        self._map = StdUnorderedMap()
+
+    def insert(self, key: int) -> bool:
+        return self._map.insert_hashed(str(key), key)
+
+    def erase(self, key: int) -> bool:
+        return self._map.erase(str(key))
+
+    def __iter__(self) -> Iterator[int]:
+        return (int(k) for k in self._map)
 
 
 def iteration_order(keys_in_insertion_order: Iterable[str], reserve: int | None = None) -> list[str]:

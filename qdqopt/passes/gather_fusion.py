@@ -43,58 +43,18 @@ GatherToSliceFusion (same ORT file) is :class:`GatherToSliceFusion` below.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import onnx
 
 from qdqopt.errors import ModelError
 from qdqopt.graph import Graph, Node
-from qdqopt.graph.stdhash import PrimeRehashPolicy
+from qdqopt.graph.stdhash import StdUnorderedIndexSet
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.qdq_util import ValueTypes, constant_initializer, is_scalar_arg, is_supported_op, tensor_from_array
 
 __all__ = ["GatherSliceToSplitFusion", "GatherToSliceFusion"]
 
 _ONNX = ""
-
-
-class _NodeIndexSet:
-    """Iteration order of a libstdc++ ``std::unordered_set<NodeIndex>`` (identity hash, prime rehash policy).
-
-    A new key goes to the front of its bucket's run in the one linked list, or to the head of the list if its
-    bucket is empty; a rehash relinks the nodes in that same way, in the old iteration order; erase only unlinks.
-    """
-
-    def __init__(self) -> None:
-        self._policy = PrimeRehashPolicy()
-        self._buckets = 1
-        self._order: list[int] = []
-
-    def insert(self, key: int) -> None:
-        if key in self._order:
-            return
-        grow, count = self._policy.need_rehash(self._buckets, len(self._order), 1)
-        if grow:
-            old, self._order, self._buckets = self._order, [], count
-            for k in old:
-                self._link(k)
-        self._link(key)
-
-    def erase(self, key: int) -> None:
-        if key in self._order:
-            self._order.remove(key)
-
-    def _link(self, key: int) -> None:
-        bucket = key % self._buckets
-        for pos, other in enumerate(self._order):
-            if other % self._buckets == bucket:
-                self._order.insert(pos, key)
-                return
-        self._order.insert(0, key)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(list(self._order))
 
 
 class _ConsumerOrder:
@@ -114,7 +74,7 @@ class _ConsumerOrder:
     def consumers(self, value: str) -> list[Node]:
         now = {n.index for n in self.graph.consumers(value)}
         start = self._start.get(value, sorted(now))
-        table = _NodeIndexSet()
+        table = StdUnorderedIndexSet()
         for index in start:
             table.insert(index)
         for index in start:
@@ -124,6 +84,10 @@ class _ConsumerOrder:
             table.insert(index)
         found = [self.graph.node(i) for i in table]
         return [n for n in found if n is not None]
+
+
+def _piece_count(graph: Graph, value: str) -> int:
+    return sum(1 for c in graph.consumers(value) if c.op_type in ("Gather", "Slice") and c.inputs[:1] == [value])
 
 
 def _input(node: Node, slot: int) -> str:
@@ -209,6 +173,9 @@ class GatherSliceToSplitFusion(GraphTransformer):
             return False
 
         modified = self.visit_in_order(graph, ctx, graph_level, collect)
+        # the pass only adds Splits and Squeezes: a value read as input 0 by fewer than two Gathers or Slices now
+        # never has two pieces, whatever its consumers' order (shared scales and zero points have thousands)
+        candidates = [value for value in candidates if _piece_count(graph, value) >= 2]
         for value in candidates:
             order.snapshot(value)
         for value in candidates:

@@ -547,7 +547,11 @@ def _inference_graph(graph: Graph) -> onnx.GraphProto:
     for name in graph.initializer_names():
         tensor = graph.initializer(name)
         assert tensor is not None
-        if tensor.data_location == onnx.TensorProto.EXTERNAL or not graph.is_constant_initializer(name):
+        if (
+            tensor.data_location == onnx.TensorProto.EXTERNAL
+            or not graph.is_constant_initializer(name)
+            or not _shape_relevant(tensor)
+        ):
             if not any(i.name == name for i in graph.inputs):
                 gp.value_info.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
             continue
@@ -564,6 +568,18 @@ def _inference_graph(graph: Graph) -> onnx.GraphProto:
                 proto.attribute.append(onnx.helper.make_attribute(attr_name, _inference_graph(sub)))
         gp.node.append(proto)
     return gp
+
+
+#: the largest initializer (in elements) whose data shape inference is given: a shape, axes, scales, pads, a k, a
+#: Range's bounds are never bigger; the weights are, and only their type and dims matter to inference
+_SHAPE_DATA_MAX = 4096
+
+
+def _shape_relevant(tensor: onnx.TensorProto) -> bool:
+    count = 1
+    for dim in tensor.dims:
+        count *= dim
+    return count <= _SHAPE_DATA_MAX
 
 
 def _store_types(graph: Graph, inferred: onnx.GraphProto) -> None:
@@ -590,11 +606,96 @@ def value_elem_type(graph: Graph, name: str) -> int | None:
     )
     if found is not None and found[1] is not None:
         return int(found[1].data_type)
+    known = _TYPES.get(graph)
+    if known is not None and name not in known:  # a value made since the last inference
+        local = _local_type(graph, name)
+        if local is not None and local.HasField("tensor_type") and local.tensor_type.elem_type:
+            return int(local.tensor_type.elem_type)
     type_proto = _type_of(graph, name)
     if type_proto is None or not type_proto.HasField("tensor_type"):
         return None
     elem = int(type_proto.tensor_type.elem_type)
     return elem or None
+
+
+#: types :func:`_local_type` found, per graph, by value and the index of the node that produced it
+_LOCAL: weakref.WeakKeyDictionary[Graph, dict[tuple[str, int], onnx.TypeProto | None]] = weakref.WeakKeyDictionary()
+
+
+def _local_type(graph: Graph, name: str) -> onnx.TypeProto | None:
+    """The type ONNX's inference gives a value made since the last inference, node by node from the values that
+    inference typed (``InferAndVerifyTypeMatch`` of each producer in turn, as Resolve runs it); None where that is
+    not enough (an op ONNX has no schema for, a subgraph, a graph input of unknown type): the whole graph is then
+    inferred again."""
+    known = _TYPES.get(graph, {})
+    memo = _LOCAL.setdefault(graph, {})
+    pending = [name]
+    while pending:  # depth first, each producer after the producers of its inputs
+        value = pending[-1]
+        node = graph.producer(value)
+        if node is None or node.subgraphs:
+            return None
+        key = (value, node.index)
+        if key in memo:
+            pending.pop()
+            continue
+        missing = [
+            v
+            for v in node.inputs
+            if v and v not in known and not graph.is_initializer(v) and (v, _producer_index(graph, v)) not in memo
+        ]
+        if missing:
+            if len(pending) > len(graph):
+                return None
+            pending.extend(missing)
+            continue
+        pending.pop()
+        memo[key] = _infer_node(graph, node, value, known, memo)
+    node = graph.producer(name)
+    return memo.get((name, node.index)) if node is not None else None
+
+
+def _producer_index(graph: Graph, value: str) -> int:
+    node = graph.producer(value)
+    return node.index if node is not None else -1
+
+
+def _infer_node(
+    graph: Graph,
+    node: Node,
+    name: str,
+    known: dict[str, onnx.TypeProto],
+    memo: dict[tuple[str, int], onnx.TypeProto | None],
+) -> onnx.TypeProto | None:
+    opset = graph.opset(node.domain)
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset or 0, node.domain)
+    except onnx.defs.SchemaError:
+        return None
+    input_types: dict[str, onnx.TypeProto] = {}
+    input_data: dict[str, onnx.TensorProto] = {}
+    for value in node.inputs:
+        if not value or value in input_types:
+            continue
+        tensor = graph.initializer(value)
+        if tensor is not None:
+            input_types[value] = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+            if graph.is_constant_initializer(value) and _shape_relevant(tensor):
+                input_data[value] = tensor
+            continue
+        found = known.get(value) or memo.get((value, _producer_index(graph, value)))
+        if found is None:
+            return None
+        input_types[value] = found
+    proto = onnx.NodeProto(op_type=node.op_type, domain=node.domain, input=node.inputs, output=node.outputs)
+    proto.attribute.extend(node.attributes[a] for a in node.attribute_order())
+    try:
+        outputs = onnx.shape_inference.infer_node_outputs(
+            schema, proto, input_types, input_data, opset_imports=[onnx.helper.make_opsetid(node.domain, opset or 0)]
+        )
+    except Exception:  # onnx's inference function gave up: the whole graph's inference decides
+        return None
+    return outputs.get(name)
 
 
 def value_shape(graph: Graph, name: str) -> ShapeDims | None:

@@ -130,6 +130,8 @@ def lookup(
     """``NhwcConvLookup``: the node's entry (None and why not when it has none or its filter refuses)."""
     if not node.inputs:
         return None, "no inputs"
+    if node.op_type not in _CANDIDATES:  # no entry in the table, whatever the type
+        return None, "not in the conversion table"
     key = (node.op_type, normalize_domain(node.domain), ctx.dtype(node.inputs[0]) or 0)
     info = table.get(key)
     if info is None:

@@ -1180,4 +1180,3 @@ def _attr_list(node: Node, name: str) -> list[object]:
     value = node.attr(name, [])
     assert isinstance(value, list)
     return [v.decode() if isinstance(v, bytes) else v for v in value]
-

@@ -233,4 +233,3 @@ class ClipQuantFusion(RewriteRule):
         if can_remove_node(graph, node) and remove_node(graph, node):
             return RuleEffect.REMOVED_CURRENT_NODE
         return RuleEffect.NONE
-
