@@ -307,12 +307,13 @@ class StdUnorderedMap:
     default (0) is the default constructor (one bucket, nothing allocated).
     """
 
-    __slots__ = ("_before_begin", "_bucket_count", "_buckets", "_index", "_policy")
+    __slots__ = ("_before_begin", "_bucket_count", "_buckets", "_index", "_keys", "_policy")
 
     def __init__(self, bucket_hint: int = 0, max_load_factor: float = 1.0) -> None:
         self._policy = PrimeRehashPolicy(max_load_factor)
         self._before_begin = _Node(None, 0)
         self._index: dict[str, _Node] = {}
+        self._keys: list[str] | None = []  # the iteration order, kept until the next change
         self._bucket_count = 1
         self._buckets: list[_Node | None] = [None]
         if bucket_hint:
@@ -329,15 +330,23 @@ class StdUnorderedMap:
         return key in self._index
 
     def __iter__(self) -> Iterator[str]:
-        node = self._before_begin.nxt
-        while node is not None:
-            assert node.key is not None
-            yield node.key
-            node = node.nxt
+        return iter(self._order())
 
     def keys(self) -> list[str]:
         """Keys in iteration order (``begin()`` to ``end()``)."""
-        return list(self)
+        return list(self._order())
+
+    def _order(self) -> list[str]:
+        keys = self._keys
+        if keys is None:
+            keys = []
+            node = self._before_begin.nxt
+            while node is not None:
+                assert node.key is not None
+                keys.append(node.key)
+                node = node.nxt
+            self._keys = keys
+        return keys
 
     @property
     def bucket_count(self) -> int:
@@ -367,6 +376,7 @@ class StdUnorderedMap:
         if key in self._index:
             return False
         node = _Node(key, code)
+        self._keys = None
         if len(self._index) + 1 > self._policy.next_resize:  # need_rehash's own first test, inlined
             do_rehash, count = self._policy.need_rehash(self._bucket_count, len(self._index), 1)
             if do_rehash:
@@ -385,6 +395,7 @@ class StdUnorderedMap:
         node = self._index.pop(key, None)
         if node is None:
             return False
+        self._keys = None
         bkt = node.code % self._bucket_count
         prev = self._buckets[bkt]
         assert prev is not None
@@ -412,6 +423,7 @@ class StdUnorderedMap:
     def clear(self) -> None:
         """``clear()``: drop all nodes, keep the bucket count and policy state."""
         self._index.clear()
+        self._keys = []
         self._before_begin.nxt = None
         self._buckets = [None] * self._bucket_count
 
@@ -435,6 +447,7 @@ class StdUnorderedMap:
         other._policy = self._policy.copy()
         other._before_begin = _Node(None, 0)
         other._index = {}
+        other._keys = self._keys  # never edited in place: replaced on the next change
         other._bucket_count = self._bucket_count
         other._buckets = [None] * self._bucket_count
         prev = other._before_begin
@@ -468,6 +481,7 @@ class StdUnorderedMap:
 
     def _rehash_unique(self, count: int) -> None:
         new_buckets: list[_Node | None] = [None] * count
+        self._keys = None
         node = self._before_begin.nxt
         self._before_begin.nxt = None
         bbegin_bkt = 0

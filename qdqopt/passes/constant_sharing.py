@@ -70,8 +70,8 @@ class ConstantSharing(GraphTransformer):
             for name in initializer_map_order(graph)
             if constant_initializer(graph, name) is not None and not graph.is_graph_output(name)
         ]
-        # data store key -> [(dims, bytes)] of the values met so far, in order; pattern -> surviving name
-        store: dict[str, list[tuple[tuple[int, ...], bytes]]] = {}
+        # data store key -> {(dims, bytes): value id} of the values met so far, ids in order; pattern -> survivor
+        store: dict[str, dict[tuple[tuple[int, ...], bytes], int]] = {}
         survivors: dict[str, str] = {}
         modified = False
         for name in candidates:
@@ -94,12 +94,8 @@ class ConstantSharing(GraphTransformer):
                 continue
             key = f"{tensor.data_type}_{len(dims)}_{count}"
             value = (tuple(int(d) for d in tensor.dims), owner.array(name).tobytes())
-            bucket = store.setdefault(key, [])
-            if value in bucket:
-                value_id = bucket.index(value)
-            else:
-                bucket.append(value)
-                value_id = len(bucket) - 1
+            ids = store.setdefault(key, {})
+            value_id = ids.setdefault(value, len(ids))
             pattern = f"{key}_{value_id}"
             survivor = survivors.get(pattern)
             if survivor is None:
