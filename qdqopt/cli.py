@@ -4,7 +4,7 @@ Commands::
 
     qdqopt optimize IN -o OUT [--level L] [--disable NAME[,NAME...]]... [--config KEY=VALUE]... [--plugin REF]...
     qdqopt passes [--level L] [--config KEY=VALUE]... [--plugin REF]...
-    qdqopt trace IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--ort [--isolate]] [--verbose]
+    qdqopt trace IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--ort [--isolate]] [--verbose [--why]]
     qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--isolate]
     qdqopt explain IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--all]
     qdqopt demo [--isolate]
@@ -198,8 +198,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if not args.ort:
         for name, reason in result.unsupported.items():
             print(f"  {name}: not run, qdqopt does not cover this model yet ({reason})")
+    if getattr(args, "why", False) and not getattr(args, "verbose", False):
+        raise UsageError("--why only applies with --verbose (it adds qdqopt's own events to ORT's VERBOSE lines)")
     if getattr(args, "verbose", False):
-        return _print_events(result.pipeline, pair.ref if args.ort else None)
+        return _print_events(result.pipeline, pair.ref if args.ort else None, why=getattr(args, "why", False))
     last_stage = None
     i = 0  # the line of ORT's log this entry faces (a plugin's entry faces none)
     for entry in result.pipeline.trace:
@@ -235,14 +237,19 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_events(pipeline: PipelineResult, ref: ReferenceRun | None) -> int:
-    """``trace --verbose``: every event in ORT's words (severity letter first, op-count changes after a
-    ``modified`` line); with ORT's run, each line checked against ORT's optimizer lines and the first difference
-    named. Returns the exit code."""
+def _print_events(pipeline: PipelineResult, ref: ReferenceRun | None, *, why: bool = False) -> int:
+    """``trace --verbose``: every event ORT logs too, in ORT's words (severity letter first, op-count changes after
+    a ``modified`` line); with ORT's run, each line checked against ORT's optimizer lines and the first difference
+    named. qdqopt's own events (refusals, units fused, layout decisions: ``events.QDQOPT_ONLY``) are left out, or,
+    with ``why``, printed (``Q``) and never checked. Returns the exit code."""
     ort = ref.verbose if ref is not None else None
     deltas = iter(pipeline.trace)
     i = 0  # the line of ORT's optimizer lines this event faces (a plugin's event faces none)
     for event in pipeline.events.events:
+        if not event.kind.ort:
+            if why:
+                print(f"  {event.severity} {_own_event(event)}")
+            continue
         extra = ""
         if event.kind is events.Kind.MODIFIED:
             entry = next(deltas, None)
@@ -275,6 +282,12 @@ def _print_events(pipeline: PipelineResult, ref: ReferenceRun | None) -> int:
     print(f"    ORT:    {ort[at] if at < len(ort) else '(nothing more)'}")
     print(f"    qdqopt: {ours[at] if at < len(ours) else '(nothing more)'}")
     return EXIT_DIFF
+
+
+def _own_event(event: events.Event) -> str:
+    """One of qdqopt's own events as ``trace --why`` prints it: kind, pass, node, then the text."""
+    node = f" {event.nodes[0]!r}" if event.nodes else ""
+    return f"[{event.kind}] {event.pass_name}{node}: {event.text}"
 
 
 #: names shown in a list before "... (N more)" unless --verbose
@@ -329,21 +342,18 @@ def cmd_explain(args: argparse.Namespace) -> int:
     print(f"QDQ node units of {args.input} as QDQSelectorActionTransformer sees them (int8 allowed: {int8})")
     counts: collections.Counter[str] = collections.Counter()
     for report in reports:
-        outcome = str(getattr(report, "outcome", "?"))
+        outcome = report.outcome
         counts[outcome] += 1
         if outcome == "no rule" and not args.all:
             continue
-        rule = getattr(report, "rule", None)
-        head = f"  {outcome.upper() if outcome == 'rejected' else outcome:<9} {report.target!r} "  # type: ignore[attr-defined]
-        head += f"({report.op_type}{', rule ' + rule if rule else ''})"  # type: ignore[attr-defined]
-        result_op = getattr(report, "result_op", None)
-        if result_op:
-            head += f" -> {result_op}"
+        head = f"  {outcome.upper() if outcome == 'rejected' else outcome:<9} {report.target!r} "
+        head += f"({report.op_type}{', rule ' + report.rule if report.rule else ''})"
+        if report.result_op:
+            head += f" -> {report.result_op}"
         print(head)
-        dqs, qs = getattr(report, "dq_nodes", []), getattr(report, "q_nodes", [])
-        if dqs or qs:
-            print(f"            DQ: {', '.join(dqs) or '-'}   Q: {', '.join(qs) or '-'}")
-        for reason in getattr(report, "reasons", []):
+        if report.dq_nodes or report.q_nodes:
+            print(f"            DQ: {', '.join(report.dq_nodes) or '-'}   Q: {', '.join(report.q_nodes) or '-'}")
+        for reason in report.reasons:
             print(f"            - {reason}")
     print("summary: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
     if parse_level(args.level) >= Level.LAYOUT:
@@ -355,6 +365,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
             verdict = "NHWC" if item.outcome == "nhwc" else "NCHW"
             arrow = "->" if item.outcome == "nhwc" else "stays:"
             print(f"  {verdict:<5} {item.name!r} ({item.op}) {arrow} {item.detail}")
+            for earlier in (r for r in item.reasons if r != item.detail):
+                print(f"          earlier: {earlier}")
         tally = collections.Counter(item.outcome for item in layout)
         print(f"summary: {tally['nhwc']} to NHWC, {tally['nchw']} stay NCHW")
     return 0
@@ -472,6 +484,13 @@ def _parser() -> argparse.ArgumentParser:
         help="print what ORT logs at VERBOSE, in its words: levels, steps, skips, stops, the optimization loop,"
         " matched QDQ units and Resolve's removals (with --ort: checked line by line against ORT's own); also name"
         " every pass in the notes on how ORT was run",
+    )
+    p.add_argument(
+        "--why",
+        action="store_true",
+        help="with --verbose: also print qdqopt's own events (Q), which ORT does not log and which are never"
+        " compared: each candidate a selector, filter or check refused and why (ORT's words where ORT has them),"
+        " each unit fused or dropped, each NHWC conversion and Transpose push",
     )
     p.set_defaults(func=cmd_trace)
 

@@ -20,6 +20,22 @@ order in which ``Graph::Resolve`` removes what passes left unused. A run records
   not modified.``
 * ``loop`` (I, manager): ``Running graph optimizations in loop <n> time/s (Graph Optimizations Loop Level : <l>)``.
 
+ORT logs no reason when a selector, filter or check refuses a candidate, and nothing when a unit is fused: a run
+records those too, as qdqopt's own kinds (:attr:`Kind.ort` is False; :meth:`EventLog.lines`, what ``qdqopt trace
+--ort --verbose`` compares with ORT's log, leaves them out), so that ``qdqopt explain`` and ``trace --why`` read the
+same channel:
+
+* ``no-match`` (the selector-action transformers' selectors, NhwcTransformer's conversion table and filters, the
+  transpose optimizer's handlers and cost check): a candidate refused; the text is the reason (:class:`NoMatch`),
+  in ORT's words where ORT has them (a status message or a comment), the nodes start with the candidate;
+* ``fused`` / ``dropped`` (QDQSelectorActionTransformer): a node unit replaced by one node, or its Q/DQ dropped
+  around the target, with what it became;
+* ``converted`` (NhwcTransformer): a node swapped for its channels-last form;
+* ``pushed`` (the transpose optimizer): a Transpose pushed through a node, with what the node became.
+
+Their :attr:`Event.data` holds the details a reader needs (:class:`Unit` for a node unit; the transpose
+optimizer's ``PushEvent`` for a layout decision).
+
 Steps are printed 1-based, as ORT prints them; levels are ORT's ``TransformerLevel`` numbers (0 to 4). Resolve
 removes unused initializers first, then unused untyped NodeArgs, each in the iteration order of the graph's
 ``std::unordered_map`` (``name_to_initial_tensor_``, ``node_args_``), the main graph first, then every subgraph
@@ -39,11 +55,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
+    "QDQOPT_ONLY",
     "Event",
     "EventLog",
     "Kind",
+    "NoMatch",
+    "Unit",
     "active",
     "emit",
+    "emit_no_match",
     "recording",
 ]
 
@@ -63,14 +83,27 @@ class Kind(enum.StrEnum):
     STEP_END = "step-end"
     STOP = "stop"
     LOOP = "loop"
+    # qdqopt's own: ORT logs none of these
+    NO_MATCH = "no-match"
+    FUSED = "fused"
+    DROPPED = "dropped"
+    CONVERTED = "converted"
+    PUSHED = "pushed"
+
+    @property
+    def ort(self) -> bool:
+        """Whether ORT logs this message (False for qdqopt's own kinds, never compared with ORT's log)."""
+        return self not in QDQOPT_ONLY
 
     @property
     def severity(self) -> str:
-        """ORT's severity letter for this message: ``V`` (VERBOSE) or ``I`` (INFO)."""
-        return "I" if self in _INFO else "V"
+        """ORT's severity letter for this message: ``V`` (VERBOSE) or ``I`` (INFO); ``Q`` for qdqopt's own."""
+        return "Q" if self in QDQOPT_ONLY else "I" if self in _INFO else "V"
 
 
 _INFO = frozenset({Kind.MODIFIED, Kind.REMOVE_INITIALIZER, Kind.REMOVE_NODEARG, Kind.LOOP})
+#: the kinds ORT does not log (the reasons and outcomes qdqopt adds)
+QDQOPT_ONLY = frozenset({Kind.NO_MATCH, Kind.FUSED, Kind.DROPPED, Kind.CONVERTED, Kind.PUSHED})
 
 #: the kinds ``Graph::Resolve`` emits
 RESOLVE_KINDS = frozenset({Kind.REMOVE_INITIALIZER, Kind.REMOVE_NODEARG})
@@ -82,8 +115,9 @@ class Event:
 
     ``pass_name``, ``level`` and ``step`` are the scope it happened in (the transformer being applied, ORT's
     ``TransformerLevel`` number and the 1-based step), where there is one; ``nodes`` names the nodes or values it is
-    about (the matched node, the removed initializer or NodeArg); ``plugin`` marks events of a pass of one's own, which
-    ORT knows nothing of (left out of :meth:`EventLog.lines` unless asked for).
+    about (the matched node, the removed initializer or NodeArg, the refused candidate first); ``plugin`` marks events
+    of a pass of one's own, which ORT knows nothing of (left out of :meth:`EventLog.lines` unless asked for); ``data``
+    is the payload of qdqopt's own kinds (:class:`Unit`, or the transpose optimizer's ``PushEvent``).
     """
 
     kind: Kind
@@ -93,10 +127,16 @@ class Event:
     step: int | None = None
     nodes: tuple[str, ...] = ()
     plugin: bool = False
+    data: object = None
 
     @property
     def severity(self) -> str:
         return self.kind.severity
+
+    @property
+    def ort(self) -> bool:
+        """Whether ORT's log holds this line (not a plugin's event, not one of qdqopt's own kinds)."""
+        return self.kind.ort and not self.plugin
 
     def __str__(self) -> str:
         return self.text
@@ -153,6 +193,52 @@ def matched_text(op_type: str) -> str:
     return f"Matched {op_type}"
 
 
+# ------------------------------------------------------------------------------------------------ qdqopt's own
+@dataclass(frozen=True)
+class NoMatch:
+    """Why a selector, filter or check refused a candidate: the reason (ORT's words where ORT has them) and the
+    nodes it names besides the candidate; ``also`` holds further reasons checked at the same point, the first one
+    being the one ORT stops at. Selectors return it; the pass that asked emits it as ``no-match`` events."""
+
+    reason: str
+    nodes: tuple[str, ...] = ()
+    also: tuple[str, ...] = ()
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return (self.reason, *self.also)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """The node unit a selector-action event is about: the target, its op (``domain.op`` outside ONNX), the rule
+    tried (None: no rule for the op), the DequantizeLinear and QuantizeLinear nodes around it and, once fused or
+    dropped, what it became."""
+
+    target: str
+    op: str
+    rule: str | None
+    dq_nodes: tuple[str, ...] = ()
+    q_nodes: tuple[str, ...] = ()
+    result_op: str | None = None
+
+
+def fused_text(unit: Unit) -> str:
+    return f"{unit.op} unit fused into {unit.result_op} (rule {unit.rule})"
+
+
+def dropped_text(unit: Unit) -> str:
+    return f"Q/DQ around {unit.op} dropped, {unit.result_op} stays (rule {unit.rule})"
+
+
+def converted_text(op: str, became: str) -> str:
+    return f"{op} converted to {became}"
+
+
+def pushed_text(op: str, became: str) -> str:
+    return f"Transpose pushed through {op}: {became}"
+
+
 # ------------------------------------------------------------------------------------------------ the log
 @dataclass
 class EventLog:
@@ -165,9 +251,9 @@ class EventLog:
     step: int | None = None
     plugin: bool = False
 
-    def add(self, kind: Kind, text: str, nodes: Sequence[str] = ()) -> Event:
+    def add(self, kind: Kind, text: str, nodes: Sequence[str] = (), data: object = None) -> Event:
         """Record an event in the current scope and return it."""
-        event = Event(kind, text, self.pass_name, self.level, self.step, tuple(nodes), self.plugin)
+        event = Event(kind, text, self.pass_name, self.level, self.step, tuple(nodes), self.plugin, data)
         self.events.append(event)
         return event
 
@@ -203,12 +289,17 @@ class EventLog:
             self.pass_name, self.level, self.step, self.plugin = saved
 
     def ort_events(self) -> list[Event]:
-        """The events ORT would log too (everything but those of passes of one's own)."""
-        return [e for e in self.events if not e.plugin]
+        """The events ORT would log too (everything but those of passes of one's own and qdqopt's own kinds)."""
+        return [e for e in self.events if e.ort]
 
     def lines(self, *, plugins: bool = False) -> list[str]:
-        """The events' texts, in order: what ORT's filtered VERBOSE log holds (plugins' events only if asked)."""
-        return [e.text for e in self.events if plugins or not e.plugin]
+        """The events' texts, in order: what ORT's filtered VERBOSE log holds (plugins' events only if asked; never
+        qdqopt's own kinds, which ORT does not log)."""
+        return [e.text for e in self.events if e.kind.ort and (plugins or not e.plugin)]
+
+    def of_kind(self, *kinds: Kind, pass_name: str | None = None) -> list[Event]:
+        """The events of those kinds (of that pass, if given), in order."""
+        return [e for e in self.events if e.kind in kinds and (pass_name is None or e.pass_name == pass_name)]
 
 
 _ACTIVE: contextvars.ContextVar[EventLog | None] = contextvars.ContextVar("qdqopt_event_log", default=None)
@@ -229,7 +320,18 @@ def active() -> EventLog | None:
     return _ACTIVE.get()
 
 
-def emit(kind: Kind, text: str, nodes: Sequence[str] = ()) -> Event | None:
+def emit(kind: Kind, text: str, nodes: Sequence[str] = (), data: object = None) -> Event | None:
     """Record an event in the active log (nothing happens when no run is recording)."""
     log = _ACTIVE.get()
-    return log.add(kind, text, nodes) if log is not None else None
+    return log.add(kind, text, nodes, data) if log is not None else None
+
+
+def emit_no_match(no_match: NoMatch, candidate: str, data: object = None) -> None:
+    """Record ``no-match`` events for ``candidate`` in the active log: one per reason, the candidate first among
+    the nodes."""
+    log = _ACTIVE.get()
+    if log is None:
+        return
+    nodes = (candidate, *(n for n in no_match.nodes if n != candidate))
+    for reason in no_match.reasons:
+        log.add(Kind.NO_MATCH, reason, nodes, data)

@@ -17,21 +17,27 @@ the whole graph with the CPU EP's cost check and ORT's extended handlers, pushin
 cancel; MaxPools on u8/s8 become ``com.microsoft.NhwcMaxPool`` on the way.
 
 Weights are not transposed: ``com.microsoft.QLinearConv`` with ``channels_last=1`` takes OIHW weights.
+
+During a run every conv, pool and Resize (:data:`LAYOUT_OPS`) gets events (:mod:`qdqopt.events`, payload
+:class:`~qdqopt.passes.transpose_optimization.context.PushEvent`): ``converted`` or a ``no-match`` with the check that
+refused it, in topological order; then those of the transpose optimizer (``pushed``, or ``no-match`` with the
+handler's or the cost check's refusal); last, a ``no-match`` for each pool or Resize that only a push could move to
+NHWC and that no push reached. ``qdqopt explain --level layout`` reads them back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import onnx
 
+from qdqopt import events
 from qdqopt.graph import Graph, Node
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import clone_with_types
 from qdqopt.passes.transpose_optimization import OptimizerCtx, optimize
-from qdqopt.passes.transpose_optimization.context import CPU, MS, PushEvent
+from qdqopt.passes.transpose_optimization.context import CPU, MS, PushEvent, record_layout
 from qdqopt.passes.transpose_optimization.core import MAX_OPSET, MIN_OPSET
 from qdqopt.passes.transpose_optimization.layout import (
     swap_node_op_type_domain_and_since_version,
@@ -41,15 +47,29 @@ from qdqopt.passes.transpose_optimization.perms import channel_first_to_last_per
 from qdqopt.passes.transpose_optimizer import write_back_types
 from qdqopt.target import Target
 
-__all__ = ["NhwcTransformer", "OpTransformInfo", "conversion_table"]
+__all__ = ["LAYOUT_OPS", "NhwcTransformer", "OpTransformInfo", "conversion_table"]
 
 _NHWC_DOMAIN = "com.ms.internal.nhwc"
 _ACL = "ACLExecutionProvider"
 _U8, _S8, _F16, _F32 = (onnx.TensorProto.UINT8, onnx.TensorProto.INT8, onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT)
 
 Filter = Callable[[OptimizerCtx, Node], bool]
-#: ops ``explain`` reports on when the conversion table skips them
-_CANDIDATES = frozenset({"QLinearConv", "Conv", "FusedConv", "MaxPool", "AveragePool", "GlobalAveragePool"})
+#: the ops (any domain) whose every decision is recorded: those that have an NHWC form on the CPU EP
+LAYOUT_OPS = frozenset(
+    {
+        "QLinearConv",
+        "Conv",
+        "FusedConv",
+        "MaxPool",
+        "AveragePool",
+        "GlobalAveragePool",
+        "QLinearAveragePool",
+        "QLinearGlobalAveragePool",
+        "Resize",
+    }
+)
+#: the ops (``domain.op``) that only a pushed Transpose moves to NHWC (ORT's extended handlers)
+_BY_PUSH = frozenset({"MaxPool", "Resize", f"{MS}.QLinearAveragePool", f"{MS}.QLinearGlobalAveragePool"})
 
 
 @dataclass(frozen=True)
@@ -121,6 +141,8 @@ def _no_entry(key: tuple[str, str, int]) -> str:
         return f"{name} {op}: NHWC float kernels exist only in arm64 builds (fp16; fp32 with KleidiAI SME)"
     if op in ("MaxPool", "AveragePool", "GlobalAveragePool"):
         return f"{name} {op}: the table only has fp16 pools (arm64); u8/s8 MaxPool goes NHWC through the transposes"
+    if op in ("Resize", "QLinearAveragePool", "QLinearGlobalAveragePool"):
+        return f"{op}: not in the conversion table; only a pushed channels-last Transpose takes it to NHWC"
     return "not in the conversion table"
 
 
@@ -146,18 +168,20 @@ class NhwcTransformer(GraphTransformer):
 
     name = "NhwcTransformer"
 
-    def _convert(
-        self, graph: Graph, target: Target, events: list[PushEvent] | None = None
-    ) -> tuple[OptimizerCtx, bool]:
+    def _convert(self, graph: Graph, target: Target) -> tuple[OptimizerCtx, bool]:
         opset = graph.opset("") or 0
         ctx = OptimizerCtx(graph, opset, CPU, CPU)
-        ctx.events = events
         table = conversion_table(target)
         modified = False
+        log = events.active()
+        #: the pools and Resizes left to a pushed Transpose (recorded if none reaches them)
+        waiting: list[PushEvent] = []
 
         def skip(node: Node, reason: str) -> None:
-            if events is not None and node.op_type in _CANDIDATES:
-                events.append(PushEvent(node.index, node.name, node.qualified_op, "skipped", reason))
+            if log is not None and node.op_type in LAYOUT_OPS:
+                push = record_layout(PushEvent(node.index, node.name, node.qualified_op, "skipped", reason))
+                if push.op in _BY_PUSH:
+                    waiting.append(push)
 
         for node in graph.topological_order():
             if graph.node(node.index) is None:
@@ -176,8 +200,8 @@ class NhwcTransformer(GraphTransformer):
             if shape is None:
                 skip(node, "input 0 has no shape (unknown rank)")
                 continue
-            if events is not None:
-                events.append(
+            if log is not None and node.op_type in LAYOUT_OPS:
+                record_layout(
                     PushEvent(node.index, node.name, node.qualified_op, "converted", f"{info.domain}.{info.op_type}")
                 )
             if info.has_channels_last:
@@ -197,16 +221,12 @@ class NhwcTransformer(GraphTransformer):
             ):
                 swap_node_op_type_domain_and_since_version(ctx, node, info.op_type, info.domain)
             modified = True
+        mark = len(log.events) if log is not None else 0
         if modified and MIN_OPSET <= opset <= MAX_OPSET:
             optimize(ctx)
+        if log is not None and waiting:
+            _record_unreached(log, mark, waiting)
         return ctx, modified
-
-    def explain(self, graph: Graph, target: Target) -> list[PushEvent]:
-        """What the pass would do to ``graph`` (run on a copy): each candidate converted or skipped and why, then
-        every push the transpose optimizer considered."""
-        events: list[PushEvent] = []
-        self._convert(clone_with_types(graph), target, events)
-        return events
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         for node in graph.topological_order():
@@ -214,3 +234,11 @@ class NhwcTransformer(GraphTransformer):
         octx, modified = self._convert(graph, ctx.target)
         write_back_types(graph, octx)
         return modified
+
+
+def _record_unreached(log: events.EventLog, since: int, waiting: list[PushEvent]) -> None:
+    """A ``no-match`` for each of ``waiting`` that no push event recorded since ``since`` is about."""
+    reached = {(e.data.node_index, e.data.node_name) for e in log.events[since:] if isinstance(e.data, PushEvent)}
+    for push in waiting:
+        if (push.node_index, push.node_name) not in reached:
+            record_layout(replace(push, outcome="not reached", reason="no channels-last Transpose reached it"))

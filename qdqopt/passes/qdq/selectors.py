@@ -7,17 +7,19 @@ A selector looks at one *target* node and the DequantizeLinear parents / Quantiz
     DQ(b) ─┘
 
 and returns either a :class:`Selection` (the DQs by input slot, the target, the Qs, an optional redundant clip) or
-a :class:`Rejection` with the reasons, in ORT's check order (the first one is the one that decided). The six
-``CanCreateNodeGroup`` messages are ORT's own words (typos included); every other reason is ours.
+a :class:`~qdqopt.events.NoMatch`: the first check that failed, in ORT's check order, with the nodes it names (the
+transformer records it as a ``no-match`` event: :mod:`qdqopt.events`). The six ``CanCreateNodeGroup`` messages are
+ORT's own words (typos included); every other reason is ours (ORT's ``Check`` functions just return false).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
 
+from qdqopt.events import NoMatch
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.qdq_util import (
     ValueTypes,
@@ -39,8 +41,8 @@ __all__ = [
     "DropQDQSelector",
     "GemmSelector",
     "MatMulSelector",
+    "NoMatch",
     "NodeGroupSelector",
-    "Rejection",
     "Selection",
     "SplitSelector",
     "UnarySelector",
@@ -66,13 +68,6 @@ class Selection:
     target: Node
     q_nodes: list[Node]
     clip: Node | None = None
-
-
-@dataclass
-class Rejection:
-    """Why a selector returned nothing: reasons in check order."""
-
-    reasons: list[str] = field(default_factory=list)
 
 
 def _input(node: Node, slot: int) -> str:
@@ -196,26 +191,29 @@ def redundant_clip_candidate(graph: Graph, node: Node) -> Node | None:
 
 def can_create_node_group(
     graph: Graph, node: Node, clip: Node | None, dq_nodes: list[Node], q_nodes: list[Node]
-) -> str | None:
-    """``NodeGroup::CanCreateNodeGroup``: None or ORT's own message (verbatim)."""
+) -> NoMatch | None:
+    """``NodeGroup::CanCreateNodeGroup``: None, or ORT's own status message (verbatim) with the node it names."""
     for dq in dq_nodes:
         if produces_graph_output(graph, dq):
-            return (
+            return NoMatch(
                 "QDQ node group cannot have DQ node that produces a graph output. "
-                f"DQ node: {dq.name}, target node: {node.name}"
+                f"DQ node: {dq.name}, target node: {node.name}",
+                (dq.name,),
             )
         edges = graph.output_edges(dq)
         if len(edges) != 1 or edges[0].dst != node.index:
-            return (
+            return NoMatch(
                 "QDQ node group cannot have DQ that doesn't have a single output edge to the target node. "
-                f"DQ node: {dq.name}, target node: {node.name}"
+                f"DQ node: {dq.name}, target node: {node.name}",
+                (dq.name,),
             )
     if clip is not None:
         edges = graph.output_edges(node)
         if produces_graph_output(graph, node) or len(edges) != 1 or edges[0].dst != clip.index:
-            return (
+            return NoMatch(
                 "QDQ node group cannot have target node with more than one output edge if there is redunant clip "
-                f"node. target node: {node.name}"
+                f"node. target node: {node.name}",
+                (clip.name,),
             )
         cedges = graph.output_edges(clip)
         if (
@@ -224,9 +222,10 @@ def can_create_node_group(
             or len(cedges) != 1
             or (cedges[0].dst != q_nodes[0].index)
         ):
-            return (
+            return NoMatch(
                 "QDQ node group cannot have redudant clip node that doesn't have a single output edge to a Q node. "
-                f"redundant clip node: {clip.name}"
+                f"redundant clip node: {clip.name}",
+                (clip.name,),
             )
         return None
     if q_nodes:
@@ -238,12 +237,13 @@ def can_create_node_group(
         for idx, consumers in sorted(by_output.items()):
             is_q = [c.op_type == "QuantizeLinear" for c in consumers]
             if any(is_q) and not all(is_q):
-                return (
+                return NoMatch(
                     "QDQ node group cannot have an output from the target node being consumed by a Q node and a "
-                    f"non-Q node. target node: {node.name}"
+                    f"non-Q node. target node: {node.name}",
+                    tuple(c.name for c in consumers),
                 )
             if consumers and is_q[0] and idx < len(node.outputs) and graph.is_graph_output(node.outputs[idx]):
-                return (
+                return NoMatch(
                     "QDQ node group cannot have an output from the target node that is consumed by a Q node and a "
                     f"graph output. target node: {node.name} output idx:{idx}"
                 )
@@ -254,18 +254,19 @@ def can_create_node_group(
 class NodeGroupSelector:
     """``BaseSelector`` + ``NodeGroupSelector``: find the group, then :meth:`check` it."""
 
-    def select(self, ctx: Ctx, node: Node) -> Selection | Rejection:
+    def select(self, ctx: Ctx, node: Node) -> Selection | NoMatch:
         graph = ctx.graph
         dq_nodes = find_parents_by_type(graph, node, "DequantizeLinear")
         clip = redundant_clip_candidate(graph, node)
         q_nodes = find_children_by_type(graph, clip or node, "QuantizeLinear")
         if clip is not None and (len(q_nodes) != 1 or not clip_made_redundant_by_q(graph, clip, q_nodes[0])):
-            return Rejection(
-                [f"{clip.op_type} {clip.name!r} after the target is not made redundant by its Q, so no rule can fuse"]
+            return NoMatch(
+                f"{clip.op_type} {clip.name!r} after the target is not made redundant by its Q, so no rule can fuse",
+                (clip.name,),
             )
-        reasons = self.check(ctx, node, clip, dq_nodes, q_nodes)
-        if reasons:
-            return Rejection(reasons)
+        no_match = self.check(ctx, node, clip, dq_nodes, q_nodes)
+        if no_match is not None:
+            return no_match
         return Selection(self.layout(dq_nodes), node, q_nodes, clip)
 
     def layout(self, dq_nodes: list[Node]) -> list[Node | None]:
@@ -273,7 +274,7 @@ class NodeGroupSelector:
 
     def check(
         self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]
-    ) -> list[str]:  # pragma: no cover - abstract
+    ) -> NoMatch | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     # helpers --------------------------------------------------------------------------------------------------
@@ -287,26 +288,29 @@ class NodeGroupSelector:
         num_dq_inputs: int = -1,
         *,
         empty_q_allowed: bool = False,
-    ) -> str | None:
+    ) -> NoMatch | None:
+        """``NodeGroupSelector::CheckQDQNodes``."""
         graph = ctx.graph
         if num_dq_inputs == -1:
             num_dq_inputs = sum(1 for v in node.inputs if v)
         if num_dq_inputs != len(dqs):
             missing = [i for i, v in enumerate(node.inputs) if v and not _from_dq(graph, v)]
             if len(dqs) < num_dq_inputs and missing:
-                return f"input {missing[0]} is not produced by a DequantizeLinear ({len(dqs)} of {num_dq_inputs} DQ)"
-            return f"expected {num_dq_inputs} DequantizeLinear input(s), found {len(dqs)}"
-        msg = can_create_node_group(graph, node, clip, dqs, qs)
-        if msg is not None:
-            return msg
+                return NoMatch(
+                    f"input {missing[0]} is not produced by a DequantizeLinear ({len(dqs)} of {num_dq_inputs} DQ)"
+                )
+            return NoMatch(f"expected {num_dq_inputs} DequantizeLinear input(s), found {len(dqs)}")
+        no_match = can_create_node_group(graph, node, clip, dqs, qs)
+        if no_match is not None:
+            return no_match
         if not qs:
-            return None if empty_q_allowed else "the output is not consumed by a QuantizeLinear"
+            return None if empty_q_allowed else NoMatch("the output is not consumed by a QuantizeLinear")
         n_out = sum(1 for v in node.outputs if v)
         if n_out != len(qs) or len(qs) != len(graph.output_edges(node)):
             edges = len(graph.output_edges(node))
-            return f"{len(qs)} QuantizeLinear consumer(s) for {n_out} output(s) and {edges} output edge(s)"
+            return NoMatch(f"{len(qs)} QuantizeLinear consumer(s) for {n_out} output(s) and {edges} output edge(s)")
         if produces_graph_output(graph, node):
-            return "the target produces a graph output"
+            return NoMatch("the target produces a graph output")
         return None
 
 
@@ -352,122 +356,122 @@ class DropQDQSelector(NodeGroupSelector):
         self.allow_4bit = allow_4bit
         self.allow_nonpositive_scale = allow_nonpositive_scale
 
-    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> NoMatch | None:
         graph = ctx.graph
         if clip is not None:
-            return [f"a redundant {clip.op_type} follows the target (drop rules never absorb one)"]
-        msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs, 1)
-        if msg:
-            return [msg]
+            return NoMatch(f"a redundant {clip.op_type} follows the target (drop rules never absorb one)", (clip.name,))
+        no_match = self.check_qdq_nodes(ctx, node, clip, dqs, qs, 1)
+        if no_match is not None:
+            return no_match
         dq, q = dqs[0], qs[0]
         dt_in, dt_out = ctx.dq_in_type(dq), ctx.q_out_type(q)
         if dt_in != dt_out:
-            return [_mismatch("DQ input and Q output", dt_in, dt_out)]
+            return NoMatch(_mismatch("DQ input and Q output", dt_in, dt_out))
         bits = _bits_reason([dt_in], self.allow_16bit, self.allow_4bit)
         if bits:
-            return [bits]
+            return NoMatch(bits)
         if node.op_type == "Resize":
             mode = node.attr("mode")
             if mode is not None and mode != "nearest":
-                return [f"Resize mode {mode!r} is not 'nearest'"]
+                return NoMatch(f"Resize mode {mode!r} is not 'nearest'")
             if node.attr("coordinate_transformation_mode") == "tf_crop_and_resize":
-                return ["Resize coordinate_transformation_mode is 'tf_crop_and_resize'"]
+                return NoMatch("Resize coordinate_transformation_mode is 'tf_crop_and_resize'")
         if not self.allow_nonpositive_scale and not is_q_or_dq_scale_positive_constant_scalar(graph, q):
-            return ["the Q scale is not a positive constant scalar"]
+            return NoMatch("the Q scale is not a positive constant scalar")
         pair = _qdq_pair_reason(graph, q, dq)
-        return [pair] if pair else []
+        return NoMatch(pair) if pair else None
 
 
 class DropDQSelector(NodeGroupSelector):
-    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> NoMatch | None:
         if clip is not None:
-            return [f"a redundant {clip.op_type} follows the target"]
+            return NoMatch(f"a redundant {clip.op_type} follows the target", (clip.name,))
         if len(dqs) != 1:
-            return [f"expected 1 DequantizeLinear input, found {len(dqs)}"]
-        msg = can_create_node_group(ctx.graph, node, clip, dqs, qs)
-        if msg:
-            return [msg]
+            return NoMatch(f"expected 1 DequantizeLinear input, found {len(dqs)}")
+        no_match = can_create_node_group(ctx.graph, node, clip, dqs, qs)
+        if no_match is not None:
+            return no_match
         bits = _bits_reason([ctx.dq_in_type(dqs[0])], False, False)
         if bits:
-            return [bits]
+            return NoMatch(bits)
         if not is_dq_supported(ctx.graph, dqs[0]):
-            return ["the DQ scale/zero point is not a constant scalar (or the zero point is missing)"]
-        return []
+            return NoMatch("the DQ scale/zero point is not a constant scalar (or the zero point is missing)")
+        return None
 
 
 class SplitSelector(NodeGroupSelector):
-    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> NoMatch | None:
         if clip is not None:
-            return [f"a redundant {clip.op_type} follows the target"]
-        msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs, 1)
-        if msg:
-            return [msg]
+            return NoMatch(f"a redundant {clip.op_type} follows the target", (clip.name,))
+        no_match = self.check_qdq_nodes(ctx, node, clip, dqs, qs, 1)
+        if no_match is not None:
+            return no_match
         dt_in = ctx.dq_in_type(dqs[0])
         if dt_in in INT4:
-            return ["4-bit quantization not allowed by this rule"]
+            return NoMatch("4-bit quantization not allowed by this rule")
         for q in qs:
             dt_out = ctx.q_out_type(q)
             if dt_out != dt_in:
-                return [_mismatch("DQ input and Q output", dt_in, dt_out)]
+                return NoMatch(_mismatch("DQ input and Q output", dt_in, dt_out))
             pair = _qdq_pair_reason(ctx.graph, q, dqs[0])
             if pair:
-                return [pair]
-        return []
+                return NoMatch(pair)
+        return None
 
 
 class UnarySelector(NodeGroupSelector):
-    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
-        msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs, 1)
-        if msg:
-            return [msg]
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> NoMatch | None:
+        no_match = self.check_qdq_nodes(ctx, node, clip, dqs, qs, 1)
+        if no_match is not None:
+            return no_match
         dt_in, dt_out = ctx.dq_in_type(dqs[0]), ctx.q_out_type(qs[0])
         if dt_in != dt_out:
-            return [_mismatch("DQ input and Q output", dt_in, dt_out)]
+            return NoMatch(_mismatch("DQ input and Q output", dt_in, dt_out))
         bits = _bits_reason([dt_in], False, False)
-        return [bits] if bits else []
+        return NoMatch(bits) if bits else None
 
 
 class BinarySelector(NodeGroupSelector):
-    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
-        msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs)
-        if msg:
-            return [msg]
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> NoMatch | None:
+        no_match = self.check_qdq_nodes(ctx, node, clip, dqs, qs)
+        if no_match is not None:
+            return no_match
         a, b, y = ctx.dq_in_type(dqs[0]), ctx.dq_in_type(dqs[1]), ctx.q_out_type(qs[0])
         if a != b:
-            return [f"mixed input types ({dtype_name(a)} and {dtype_name(b)})"]
+            return NoMatch(f"mixed input types ({dtype_name(a)} and {dtype_name(b)})")
         if a != y:
-            return [_mismatch("input and output", a, y)]
+            return NoMatch(_mismatch("input and output", a, y))
         bits = _bits_reason([a], False, False)
-        return [bits] if bits else []
+        return NoMatch(bits) if bits else None
 
 
 class VariadicSelector(NodeGroupSelector):
-    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
-        msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs)
-        if msg:
-            return [msg]
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> NoMatch | None:
+        no_match = self.check_qdq_nodes(ctx, node, clip, dqs, qs)
+        if no_match is not None:
+            return no_match
         ins = [ctx.dq_in_type(d) for d in dqs]
         outs = [ctx.q_out_type(q) for q in qs]
         if any(t != ins[0] for t in ins):
-            return ["mixed input types (" + ", ".join(dtype_name(t) for t in ins) + ")"]
+            return NoMatch("mixed input types (" + ", ".join(dtype_name(t) for t in ins) + ")")
         if any(t != outs[0] for t in outs):
-            return ["mixed output types"]
+            return NoMatch("mixed output types")
         if ins[0] != outs[0]:
-            return [_mismatch("input and output", ins[0], outs[0])]
+            return NoMatch(_mismatch("input and output", ins[0], outs[0]))
         bits = _bits_reason([ins[0]], False, False)
-        return [bits] if bits else []
+        return NoMatch(bits) if bits else None
 
 
 class WhereSelector(NodeGroupSelector):
-    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
-        msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs, 2)
-        if msg:
-            return [msg]
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> NoMatch | None:
+        no_match = self.check_qdq_nodes(ctx, node, clip, dqs, qs, 2)
+        if no_match is not None:
+            return no_match
         x, y, out = ctx.dq_in_type(dqs[0]), ctx.dq_in_type(dqs[1]), ctx.q_out_type(qs[0])
         if x != y or x != out:
-            return [f"mixed types (x {dtype_name(x)}, y {dtype_name(y)}, output {dtype_name(out)})"]
+            return NoMatch(f"mixed types (x {dtype_name(x)}, y {dtype_name(y)}, output {dtype_name(out)})")
         bits = _bits_reason([x], False, False)
-        return [bits] if bits else []
+        return NoMatch(bits) if bits else None
 
 
 def _int8_reason(ctx: Ctx, a: int | None, b: int | None) -> str | None:
@@ -483,11 +487,11 @@ class ConvSelector(NodeGroupSelector):
         out: list[Node | None] = list(dq_nodes)
         return out + [None] * (3 - len(out))
 
-    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> NoMatch | None:
         graph = ctx.graph
-        msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs)
-        if msg:
-            return [msg]
+        no_match = self.check_qdq_nodes(ctx, node, clip, dqs, qs)
+        if no_match is not None:
+            return no_match
         x, w, y = ctx.dq_in_type(dqs[0]), ctx.dq_in_type(dqs[1]), ctx.q_out_type(qs[0])
         # the type checks are reported together (the first one listed is the one ORT stops at)
         type_reasons = [
@@ -500,15 +504,15 @@ class ConvSelector(NodeGroupSelector):
             if r
         ]
         if type_reasons:
-            return type_reasons
+            return NoMatch(type_reasons[0], also=tuple(type_reasons[1:]))
         if len(dqs) == 3:
             if ctx.dq_in_type(dqs[2]) != TP.INT32:
-                return ["the bias is not int32"]
+                return NoMatch("the bias is not int32")
             r = _conv_bias_reason(graph, dqs)
             if r:
-                return [r]
+                return NoMatch(r)
         bits = _bits_reason([x, w], False, True)
-        return [bits] if bits else []
+        return NoMatch(bits) if bits else None
 
 
 def _conv_bias_reason(graph: Graph, dqs: list[Node]) -> str | None:
@@ -540,23 +544,23 @@ def _conv_bias_reason(graph: Graph, dqs: list[Node]) -> str | None:
 
 
 class MatMulSelector(NodeGroupSelector):
-    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> NoMatch | None:
         if len(dqs) != 2:
-            return [f"expected 2 DequantizeLinear inputs, found {len(dqs)}"]
+            return NoMatch(f"expected 2 DequantizeLinear inputs, found {len(dqs)}")
         a, b = ctx.dq_in_type(dqs[0]), ctx.dq_in_type(dqs[1])
         r = _int8_reason(ctx, a, b) or _bits_reason([a, b], False, False)
         if r:
-            return [r]
+            return NoMatch(r)
         if qs:
-            msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs)
-            if msg:
-                return [msg]
+            no_match = self.check_qdq_nodes(ctx, node, clip, dqs, qs)
+            if no_match is not None:
+                return no_match
             y = ctx.q_out_type(qs[0])
             if a != y:
-                return [_mismatch("input and output", a, y)]
+                return NoMatch(_mismatch("input and output", a, y))
         elif clip is not None:
-            return ["a redundant clip without a Q"]
-        return []
+            return NoMatch("a redundant clip without a Q")
+        return None
 
 
 def _rank_dims(graph: Graph, name: str) -> list[int] | None:
@@ -571,21 +575,21 @@ class GemmSelector(NodeGroupSelector):
         out: list[Node | None] = list(dq_nodes)
         return out + [None] * (3 - len(out))
 
-    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
-        msg = self.check_qdq_nodes(ctx, node, clip, dqs, qs, empty_q_allowed=True)
-        if msg:
-            return [msg]
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> NoMatch | None:
+        no_match = self.check_qdq_nodes(ctx, node, clip, dqs, qs, empty_q_allowed=True)
+        if no_match is not None:
+            return no_match
         if clip is not None and not qs:
-            return ["a redundant clip without a Q"]
+            return NoMatch("a redundant clip without a Q")
         dqa, dqb = dqs[0], dqs[1]
         if not _input(dqa, 2):
-            return ["DQ of input A has no zero point"]
+            return NoMatch("DQ of input A has no zero point")
         for n in (_input(dqa, 1), _input(dqa, 2)):
             s = ctx.shape(n)
             if s is None or not (len(s) == 0 or s == [1]):
-                return ["A scale/zero point is not a scalar"]
+                return NoMatch("A scale/zero point is not a scalar")
         if not _input(dqb, 2):
-            return ["DQ of input B has no zero point"]
+            return NoMatch("DQ of input B has no zero point")
         wshape = ctx.shape(dqb.inputs[0])
         trans_b = node.attr_int("transB", 0)
         n_dim = wshape[0 if trans_b else 1] if wshape is not None and len(wshape) == 2 else None
@@ -594,34 +598,34 @@ class GemmSelector(NodeGroupSelector):
             s = ctx.shape(n)
             ok = s is not None and (len(s) == 0 or s == [1] or (n_dim is not None and s == [n_dim]))
             if not ok:
-                return ["B scale/zero point shape is neither scalar nor [N]"]
+                return NoMatch("B scale/zero point shape is neither scalar nor [N]")
             shapes.append(s)
         if shapes[0] != shapes[1]:
-            return ["B scale and zero point shapes differ"]
+            return NoMatch("B scale and zero point shapes differ")
         a, b = ctx.dq_in_type(dqa), ctx.dq_in_type(dqb)
         if a == TP.INT8 and b != TP.INT8:
-            return [f"int8 activation with a {dtype_name(b)} weight"]
+            return NoMatch(f"int8 activation with a {dtype_name(b)} weight")
         if qs:
             y = ctx.q_out_type(qs[0])
             if a != y:
-                return [_mismatch("input and output", a, y)]
+                return NoMatch(_mismatch("input and output", a, y))
             for n in (_input(qs[0], 1), _input(qs[0], 2)):
                 if not n:
                     continue
                 s = ctx.shape(n)
                 if s is None or not (len(s) == 0 or s == [1]):
-                    return ["Y scale/zero point is not a scalar"]
+                    return NoMatch("Y scale/zero point is not a scalar")
         bits = _bits_reason([a, b], False, False)
         if bits:
-            return [bits]
+            return NoMatch(bits)
         if len(dqs) == 3:
             if abs(node.attr_float("alpha", 1.0) - 1.0) > 1e-6:
-                return ["alpha is not 1 with a quantized bias"]
+                return NoMatch("alpha is not 1 with a quantized bias")
             if abs(node.attr_float("beta", 1.0) - 1.0) > 1e-6:
-                return ["beta is not 1 with a quantized bias"]
+                return NoMatch("beta is not 1 with a quantized bias")
             if ctx.dq_in_type(dqs[2]) != TP.INT32:
-                return ["the bias is not int32"]
-        return []
+                return NoMatch("the bias is not int32")
+        return None
 
 
 NBITS_TYPES: dict[int, int] = {TP.INT2: 2, TP.UINT2: 2, TP.INT4: 4, TP.UINT4: 4, TP.INT8: 8, TP.UINT8: 8}
@@ -635,52 +639,55 @@ class DQMatMulNBitsSelector(NodeGroupSelector):
     activation DQ or an 8-bit Q blocks the rule. Only the weight DQ is selected (and removed).
     """
 
-    def select(self, ctx: Ctx, node: Node) -> Selection | Rejection:
+    def select(self, ctx: Ctx, node: Node) -> Selection | NoMatch:
         result = super().select(ctx, node)
         if isinstance(result, Selection):
             weight = next(d for d in result.dq_nodes if d is not None and d.outputs[0] == _input(node, 1))
             result.dq_nodes = [weight]
         return result
 
-    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> list[str]:
+    def check(self, ctx: Ctx, node: Node, clip: Node | None, dqs: list[Node], qs: list[Node]) -> NoMatch | None:
         graph = ctx.graph
         if clip is not None:
-            return [f"a redundant {clip.op_type} follows the target"]
+            return NoMatch(f"a redundant {clip.op_type} follows the target", (clip.name,))
         q_types = [ctx.q_out_type(q) for q in qs]
         if any(t not in INT16 for t in q_types):
-            return ["the output is consumed by an 8-bit QuantizeLinear (QLinear rules own that unit)"]
+            return NoMatch("the output is consumed by an 8-bit QuantizeLinear (QLinear rules own that unit)")
         is_gemm = node.op_type == "Gemm"
         weight = next((d for d in dqs if d.outputs[0] == _input(node, 1)), None)
         if weight is None:
-            return ["the weight (input 1) is not produced by a DequantizeLinear"]
+            return NoMatch("the weight (input 1) is not produced by a DequantizeLinear")
         others = [d for d in dqs if d is not weight]
         bias_dq = [d for d in others if is_gemm and d.outputs[0] == _input(node, 2)]
         act = [d for d in others if d not in bias_dq]
         if any(d.outputs[0] != _input(node, 0) for d in act) or len(act) > 1:
-            return [f"unexpected DequantizeLinear inputs ({len(dqs)})"]
+            return NoMatch(f"unexpected DequantizeLinear inputs ({len(dqs)})")
         if act and ctx.dq_in_type(act[0]) not in INT16:
-            return [
-                f"the activation DQ is {dtype_name(ctx.dq_in_type(act[0]))} (8-bit QDQ units belong to MatMul/Gemm)"
-            ]
+            return NoMatch(
+                f"the activation DQ is {dtype_name(ctx.dq_in_type(act[0]))} (8-bit QDQ units belong to MatMul/Gemm)",
+                (act[0].name,),
+            )
         if len(graph.output_edges(weight)) != 1 or produces_graph_output(graph, weight):
-            return ["the weight DQ does not have exactly one output edge (or produces a graph output)"]
+            return NoMatch(
+                "the weight DQ does not have exactly one output edge (or produces a graph output)", (weight.name,)
+            )
         if len(graph.consumers(weight.inputs[0])) > 1 or len(graph.consumers(_input(weight, 1))) > 1:
-            return ["the weight or scale initializer is shared with another node"]
+            return NoMatch("the weight or scale initializer is shared with another node")
         w_dims = _rank_dims(graph, weight.inputs[0])
         if is_gemm:
             alpha = node.attr_float("alpha", 1.0)
             beta = node.attr_float("beta", 1.0)
             if abs(alpha - 1.0) > 1e-6 or node.attr_int("transA", 0) or node.attr_int("transB", 0):
-                return ["Gemm alpha != 1 or transposed inputs"]
+                return NoMatch("Gemm alpha != 1 or transposed inputs")
             if _input(node, 2):
                 if abs(beta - 1.0) > 1e-6:
-                    return ["Gemm beta != 1 with a bias"]
+                    return NoMatch("Gemm beta != 1 with a bias")
                 n_dim = w_dims[1] if w_dims is not None and len(w_dims) == 2 else None
                 b_shape = ctx.shape(_input(node, 2))
                 if n_dim is None or b_shape != [n_dim]:
-                    return ["the Gemm bias is not [N]"]
+                    return NoMatch("the Gemm bias is not [N]")
         reason = validate_dq_for_nbits(ctx, weight)
-        return [reason] if reason else []
+        return NoMatch(reason) if reason else None
 
 
 def validate_dq_for_nbits(ctx: Ctx, dq: Node) -> str | None:

@@ -2,15 +2,20 @@
 uses: ``TransposeInput`` (constants transposed in place, cancelling Transposes removed, existing ones reused, new
 ones made, QDQ units kept whole by ``MakeQDQNodeUnit``), ``UnsqueezeInput``, ``TransposeOutputs`` and the node
 makers.
+
+Every push the main loop considers, and every handler's refusal (:meth:`OptimizerCtx.refuse`), is an event of the
+run (:mod:`qdqopt.events`) with a :class:`PushEvent` as its payload: ``pushed`` (with what the node became) or
+``no-match`` (with why not). ``qdqopt explain --level layout`` reads them back.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
 
+from qdqopt.events import Kind, NoMatch, active, converted_text, emit, emit_no_match, pushed_text
 from qdqopt.graph import Graph, Node
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.transpose_optimization.api import ApiGraph, Quant
@@ -25,7 +30,7 @@ from qdqopt.passes.transpose_optimization.perms import (
     valid_perm,
 )
 
-__all__ = ["CPU", "MS", "OptimizerCtx", "PushEvent"]
+__all__ = ["CPU", "MS", "OptimizerCtx", "PushChannel", "PushEvent", "pushed_form", "record_layout"]
 
 CPU = "CPUExecutionProvider"
 MS = "com.microsoft"
@@ -33,13 +38,58 @@ MS = "com.microsoft"
 
 @dataclass(frozen=True)
 class PushEvent:
-    """One push the optimizer considered: the node, the outcome (``pushed``, ``refused``, ``not pushed``), why."""
+    """One layout decision on a node, the payload of its event: the node, the outcome (the transpose optimizer's
+    ``pushed``, ``refused`` or ``not pushed``; NhwcTransformer's ``converted`` or ``skipped``) and the reason, or,
+    for ``pushed`` and ``converted``, what the node became."""
 
     node_index: int
     node_name: str
     op: str
     outcome: str
     reason: str = ""
+
+
+#: what a node becomes when a Transpose is pushed through it, where its handler changes it
+_PUSHED_FORMS = {
+    "MaxPool": "com.microsoft.NhwcMaxPool",
+    f"{MS}.QLinearAveragePool": f"{MS}.QLinearAveragePool(channels_last=1)",
+    f"{MS}.QLinearGlobalAveragePool": f"{MS}.QLinearGlobalAveragePool(channels_last=1)",
+    "Resize": "Resize on NHWC data",
+}
+
+
+def pushed_form(op: str) -> str:
+    """What a node of op ``op`` (``domain.op`` outside ONNX) becomes once a Transpose is pushed through it."""
+    return _PUSHED_FORMS.get(op, f"{op} on the transposed data")
+
+
+def record_layout(push: PushEvent) -> PushEvent:
+    """Record a layout decision as an event of the run (``converted``, ``pushed`` or ``no-match``); returns it,
+    with what the node became filled in for a push."""
+    if push.outcome == "pushed":
+        if not push.reason:
+            push = replace(push, reason=pushed_form(push.op))
+        emit(Kind.PUSHED, pushed_text(push.op, push.reason), (push.node_name,), push)
+    elif push.outcome == "converted":
+        emit(Kind.CONVERTED, converted_text(push.op, push.reason), (push.node_name,), push)
+    else:
+        emit_no_match(NoMatch(push.reason), push.node_name, push)
+    return push
+
+
+class PushChannel:
+    """Where the main loop and the handlers report pushes: each one becomes an event of the run
+    (:func:`record_layout`); ``channel[-1:]`` is the last one reported (the main loop asks whether the handler
+    already said why it refused)."""
+
+    def __init__(self) -> None:
+        self._last: list[PushEvent] = []
+
+    def append(self, push: PushEvent) -> None:
+        self._last = [record_layout(push)]
+
+    def __getitem__(self, index: slice) -> list[PushEvent]:
+        return self._last[index]
 
 
 class OptimizerCtx(ApiGraph):
@@ -50,11 +100,11 @@ class OptimizerCtx(ApiGraph):
         super().__init__(graph, opset, new_node_ep)
         self.provider = provider
         self.outputs_leading: set[str] = set()
-        #: when a list, every push the main loop considers is recorded here (``explain``)
-        self.events: list[PushEvent] | None = None
+        #: during a run, every push the main loop considers goes here, as an event of the run (None outside a run)
+        self.events: PushChannel | None = PushChannel() if active() is not None else None
 
     def refuse(self, node: Node, reason: str) -> bool:
-        """A handler declining ``node`` says why (recorded when events are on); returns False."""
+        """A handler declining ``node`` says why (a ``no-match`` event of the run); returns False."""
         if self.events is not None:
             self.events.append(PushEvent(node.index, node.name, node.qualified_op, "refused", reason))
         return False
