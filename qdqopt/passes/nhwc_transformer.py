@@ -152,7 +152,7 @@ def lookup(
     """``NhwcConvLookup``: the node's entry (None and why not when it has none or its filter refuses)."""
     if not node.inputs:
         return None, "no inputs"
-    if node.op_type not in _CANDIDATES:  # no entry in the table, whatever the type
+    if node.op_type not in LAYOUT_OPS:  # no entry in the table, whatever the type (and no event to record)
         return None, "not in the conversion table"
     key = (node.op_type, normalize_domain(node.domain), ctx.dtype(node.inputs[0]) or 0)
     info = table.get(key)
