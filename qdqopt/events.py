@@ -31,7 +31,9 @@ same channel:
 * ``fused`` / ``dropped`` (QDQSelectorActionTransformer): a node unit replaced by one node, or its Q/DQ dropped
   around the target, with what it became;
 * ``converted`` (NhwcTransformer): a node swapped for its channels-last form;
-* ``pushed`` (the transpose optimizer): a Transpose pushed through a node, with what the node became.
+* ``pushed`` (the transpose optimizer): a Transpose pushed through a node, with what the node became;
+* ``changed`` (the pipeline, after each transformer application that modified the graph): the nodes it added,
+  removed and rewired (``data``: a :class:`qdqopt.graph.Changes`), the Resolve's removals excepted.
 
 Their :attr:`Event.data` holds the details a reader needs (:class:`Unit` for a node unit; the transpose
 optimizer's ``PushEvent`` for a layout decision).
@@ -89,6 +91,7 @@ class Kind(enum.StrEnum):
     DROPPED = "dropped"
     CONVERTED = "converted"
     PUSHED = "pushed"
+    CHANGED = "changed"
 
     @property
     def ort(self) -> bool:
@@ -103,7 +106,7 @@ class Kind(enum.StrEnum):
 
 _INFO = frozenset({Kind.MODIFIED, Kind.REMOVE_INITIALIZER, Kind.REMOVE_NODEARG, Kind.LOOP})
 #: the kinds ORT does not log (the reasons and outcomes qdqopt adds)
-QDQOPT_ONLY = frozenset({Kind.NO_MATCH, Kind.FUSED, Kind.DROPPED, Kind.CONVERTED, Kind.PUSHED})
+QDQOPT_ONLY = frozenset({Kind.NO_MATCH, Kind.FUSED, Kind.DROPPED, Kind.CONVERTED, Kind.PUSHED, Kind.CHANGED})
 
 #: the kinds ``Graph::Resolve`` emits
 RESOLVE_KINDS = frozenset({Kind.REMOVE_INITIALIZER, Kind.REMOVE_NODEARG})
@@ -233,6 +236,10 @@ def dropped_text(unit: Unit) -> str:
 
 def converted_text(op: str, became: str) -> str:
     return f"{op} converted to {became}"
+
+
+def changed_text(name: str, added: int, removed: int, rewired: int) -> str:
+    return f"{name}: {added} node(s) added, {removed} removed, {rewired} rewired"
 
 
 def pushed_text(op: str, became: str) -> str:

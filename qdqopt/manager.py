@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from qdqopt import events
 from qdqopt.config import SessionConfig
-from qdqopt.graph import Graph, Model
+from qdqopt.graph import Changes, Graph, Model
 from qdqopt.levels import Level
 from qdqopt.partition import check_kernels, partition
 from qdqopt.passes import GraphTransformer, PassContext, RuleBasedTransformer
@@ -98,6 +98,12 @@ def op_counts(graph: Graph) -> collections.Counter[str]:
     return graph.op_counts()
 
 
+def _log_changes(log: events.EventLog, name: str, changes: Changes) -> None:
+    """The ``changed`` event of a transformer application that modified the graph."""
+    text = events.changed_text(name, len(changes.added), len(changes.removed), len(changes.rewired))
+    log.add(events.Kind.CHANGED, text, [n for _, n, _ in (*changes.added, *changes.removed)], changes)
+
+
 def _delta(before: collections.Counter[str], after: collections.Counter[str]) -> dict[str, int]:
     keys = sorted(set(before) | set(after))
     return {k: after[k] - before[k] for k in keys if after[k] != before[k]}
@@ -160,10 +166,14 @@ def run_pipeline(
             if log.level is not None:  # GraphTransformerManager::ApplyTransformers
                 log.add(events.Kind.APPLY, events.apply_text(spec.name, step + 1))
             mark = len(log.events)
+            graph.take_changes()
             start = time.perf_counter()
             modified = transformer.apply(graph, ctx) if transformer is not None else False
             seconds = time.perf_counter() - start
             log.insert_before_resolve(mark, events.Kind.MODIFIED, events.modified_text(spec.name, modified))
+            changes = graph.take_changes()
+            if modified:
+                _log_changes(log, spec.name, changes)
         entry = TraceEntry(
             spec.name, spec.stage, step, modified, transformer is not None, plugin=spec.is_plugin, seconds=seconds
         )
@@ -186,15 +196,21 @@ def run_pipeline(
         assert isinstance(inserter, InsertCastTransformer)
         assert isinstance(remover, RemoveDuplicateCastTransformer)
         before = op_counts(graph)
+        graph.take_changes()
         inserted = inserter.insert_casts(graph, ctx)
         middle = op_counts(graph)
+        insert_changes = graph.take_changes()
         mark = len(log.events)
         modified = remover.apply_shared(graph, ctx, inserted)
         after = op_counts(graph)
         with log.scope(pass_name=remove_spec.name):
             log.insert_before_resolve(mark, events.Kind.MODIFIED, events.modified_text(remove_spec.name, modified))
+            if modified:
+                _log_changes(log, remove_spec.name, graph.take_changes())
         with log.scope(pass_name=insert_spec.name):
             log.add(events.Kind.MODIFIED, events.modified_text(insert_spec.name, modified))
+            if modified:
+                _log_changes(log, insert_spec.name, insert_changes)
         for spec, delta in ((remove_spec, _delta(middle, after)), (insert_spec, _delta(before, middle))):
             result.trace.append(TraceEntry(spec.name, spec.stage, 0, modified, True, delta if modified else {}))
             if on_pass is not None:

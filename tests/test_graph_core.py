@@ -185,3 +185,40 @@ def test_clone_is_independent_and_equal() -> None:
     assert save_model(original).SerializeToString() == untouched
     run_pipeline(original, parse_level("extended"))
     assert save_model(copy_model).SerializeToString() == save_model(original).SerializeToString()
+
+
+# ------------------------------------------------------------------------------------------------ change record
+def test_take_changes_nets_out_what_a_stretch_did() -> None:
+    graph = Graph(name="g", opsets={"": 17})
+    graph.inputs.append(helper.make_tensor_value_info("x", F, [1]))
+    a = graph.add_node("a", "Relu", ["x"], ["ya"])
+    graph.take_changes()
+    b = graph.add_node("b", "Neg", ["ya"], ["yb"])
+    c = graph.add_node("c", "Neg", ["ya"], ["yc"])
+    graph.remove_node(c)  # added and removed: in neither list
+    graph.set_input(b, 0, "x")  # a new node rewired: still only "added"
+    graph.set_input(a, 0, "yb")
+    graph.remove_node(a)
+    changes = graph.take_changes()
+    assert changes.added == ((b.index, "b", "Neg"),)
+    assert changes.removed == ((a.index, "a", "Relu"),)
+    assert changes.rewired == ()
+    assert not graph.take_changes()
+
+
+def test_changed_events_agree_with_the_op_counts() -> None:
+    """Every application that modified the graph has a ``changed`` event whose nodes added minus removed are the
+    op-count change the trace shows (no other edit path escapes the record)."""
+    from collections import Counter
+
+    from qdqopt.cli import example_model
+    from qdqopt.events import Kind
+
+    result = run(example_model(), "all").pipeline
+    changed = [e for e in result.events.events if e.kind is Kind.CHANGED]
+    modified = [t for t in result.trace if t.modified]
+    assert [e.pass_name for e in changed] == [t.name for t in modified]
+    for event, entry in zip(changed, modified, strict=True):
+        delta = Counter(op for _, _, op in event.data.added)
+        delta.subtract(Counter(op for _, _, op in event.data.removed))
+        assert {k: v for k, v in delta.items() if v} == entry.op_delta, entry.name

@@ -45,7 +45,7 @@ from qdqopt.graph.order import ort_topological_order
 from qdqopt.graph.schema import OpSchema, lookup, normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
 
-__all__ = ["Edge", "Graph", "Node"]
+__all__ = ["Changes", "Edge", "Graph", "Node"]
 
 
 @dataclass(frozen=True, order=True)
@@ -57,6 +57,21 @@ class Edge:
     dst_slot: int
     src: int
     value: str
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What a stretch of edits did to a graph and its subgraphs (see :meth:`Graph.take_changes`): the nodes added,
+    the nodes removed and the surviving older nodes whose inputs or outputs were pointed elsewhere, each as
+    ``(index, name, op)`` with ``op`` as :attr:`Node.qualified_op`; a node added and removed in the stretch is in
+    neither list."""
+
+    added: tuple[tuple[int, str, str], ...] = ()
+    removed: tuple[tuple[int, str, str], ...] = ()
+    rewired: tuple[tuple[int, str, str], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.rewired)
 
 
 @dataclass(eq=False)
@@ -198,6 +213,9 @@ class Graph:
         # live node names (with multiplicity) and op counts, kept as nodes come and go
         self._live_names: collections.Counter[str] = collections.Counter()
         self._op_count: collections.Counter[str] = collections.Counter()
+        # the edits since the last take_changes (kept by the main graph for every graph of the model): id of the
+        # graph and node index -> "+" (added), "-" (removed), "~" (rewired), with the node's name and op
+        self._journal: dict[tuple[int, int], tuple[str, str, str]] = {}
         # graph interface
         self.inputs: list[onnx.ValueInfoProto] = []
         self.outputs: list[onnx.ValueInfoProto] = []
@@ -263,6 +281,7 @@ class Graph:
         new._verbatim_order = dict(self._verbatim_order)
         new._live_names = collections.Counter(self._live_names)
         new._op_count = collections.Counter(self._op_count)
+        new._journal = {}  # a copy's edits are its own
         new._inits = dict(self._inits)
         new._init_map = self._init_map.copy()
         new._arrays = dict(self._arrays)
@@ -378,6 +397,7 @@ class Graph:
         self._nx.add_node(node.index)
         self._live_names[name] += 1
         self._op_count[node.qualified_op] += 1
+        self._note("+", node)
         self._order = None
         node.since_version = self._since_version(node)
         for value in (*node.inputs, *node.outputs):  # GetOrCreateNodeArg: inputs, then outputs
@@ -412,6 +432,7 @@ class Graph:
         self._op_count[node.qualified_op] -= 1
         if not self._op_count[node.qualified_op]:
             del self._op_count[node.qualified_op]
+        self._note("-", node)
         self.modified = True
 
     def set_attribute(self, node: Node, attr: onnx.AttributeProto) -> None:
@@ -435,6 +456,7 @@ class Graph:
         if value:
             self._known(value)
         self._rewire_inputs(node)
+        self._note("~", node)
         self.modified = True
 
     def set_output(self, node: Node, slot: int, value: str) -> None:
@@ -447,12 +469,35 @@ class Graph:
             self._disconnect_consumers_of(old)
         node.outputs[slot] = value
         self._arg_map.insert(value)
+        self._note("~", node)
         if value:
             self._producer[value] = (node.index, slot)
             self._produced_at[value] = self.resolves
             self._known(value)
             self._connect_consumers_of(value)
         self.modified = True
+
+    def _note(self, kind: str, node: Node) -> None:
+        root = self
+        while root.parent is not None:
+            root = root.parent
+        key = (id(self), node.index)
+        before = root._journal.get(key)
+        if kind == "~" and before is not None:
+            return  # added or already rewired in this stretch
+        if kind == "-" and before is not None and before[0] == "+":
+            del root._journal[key]  # added and removed in this stretch: neither
+            return
+        root._journal[key] = (kind, node.name, node.qualified_op)
+
+    def take_changes(self) -> Changes:
+        """The nodes added, removed and rewired in this graph and its subgraphs since the last call (or the load), in
+        the order first touched; the record starts again empty. Call it on the main graph."""
+        journal, self._journal = self._journal, {}
+        out: dict[str, list[tuple[int, str, str]]] = {"+": [], "-": [], "~": []}
+        for (_, index), (kind, name, op) in journal.items():
+            out[kind].append((index, name, op))
+        return Changes(tuple(out["+"]), tuple(out["-"]), tuple(out["~"]))
 
     # ------------------------------------------------------------------ edges and values
     def production_generation(self, value: str) -> int | None:
@@ -943,6 +988,7 @@ _CLONED_FIELDS = {
     "_consumed",
     "_live_names",
     "_op_count",
+    "_journal",
     "_init_pos",
     "inputs",
     "outputs",

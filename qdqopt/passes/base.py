@@ -86,10 +86,11 @@ class GraphTransformer(ABC):
         """ORT's usual ``ApplyImpl`` loop: a topological snapshot, nodes removed meanwhile skipped, each node's
         subgraphs processed first, then ``visit(node)``; returns whether anything changed."""
         modified = False
+        live = graph.node
         for node in graph.topological_order():
-            if graph.node(node.index) is None:
+            if live(node.index) is None:
                 continue
-            if self.recurse(node, ctx, graph_level):
+            if node.subgraphs and self.recurse(node, ctx, graph_level):
                 modified = True
             if visit(node):
                 modified = True
@@ -140,6 +141,14 @@ class RuleBasedTransformer(GraphTransformer):
         self.name = name
         self.rules = rules
         self._eps = compatible_eps
+        self._by_op: dict[str, list[RewriteRule]] = {}  # the rules for an op type, in registration order
+
+    def rules_for(self, op_type: str) -> list[RewriteRule]:
+        """The rules that target ``op_type`` (or every op), in registration order."""
+        found = self._by_op.get(op_type)
+        if found is None:
+            found = self._by_op[op_type] = [r for r in self.rules if not r.op_types or op_type in r.op_types]
+        return found
 
     def node_is_compatible(self, node: Node) -> bool:
         return not self._eps or node.ep in self._eps
@@ -151,9 +160,7 @@ class RuleBasedTransformer(GraphTransformer):
                 continue
             removed = False
             if self.node_is_compatible(node):
-                for rule in self.rules:
-                    if rule.op_types and node.op_type not in rule.op_types:
-                        continue
+                for rule in self.rules_for(node.op_type):
                     if rule.check(graph, node, ctx) is not None:
                         continue
                     effect = rule.apply(graph, node, ctx)
@@ -162,6 +169,11 @@ class RuleBasedTransformer(GraphTransformer):
                     if effect is RuleEffect.REMOVED_CURRENT_NODE:
                         removed = True
                         break
-            if not removed and graph.node(node.index) is not None and self.recurse(node, ctx, graph_level):
+            if (
+                not removed
+                and node.subgraphs
+                and graph.node(node.index) is not None
+                and self.recurse(node, ctx, graph_level)
+            ):
                 modified = True
         return modified
