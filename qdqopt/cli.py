@@ -5,6 +5,7 @@ Commands::
     qdqopt optimize IN -o OUT [--level L] [--disable NAME[,NAME...]]... [--config KEY=VALUE]... [--plugin REF]...
     qdqopt passes [--level L] [--config KEY=VALUE]... [--plugin REF]...
     qdqopt trace IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--ort [--isolate]] [--verbose [--why]]
+                 [--times]
     qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--isolate]
     qdqopt explain IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--all]
     qdqopt demo [--isolate]
@@ -219,7 +220,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
         if ort_lines is not None and not entry.plugin:
             check = "  ok" if i < len(ort_lines) and ort_lines[i] == entry.ort_line() else "  <> ORT"
         i += 0 if entry.plugin else 1
-        print(f"  {entry.ort_line()}{('   ' + delta) if delta else ''}{note}{check}")
+        took = f"  {entry.seconds * 1e3:.1f} ms" if getattr(args, "times", False) else ""
+        print(f"  {entry.ort_line()}{('   ' + delta) if delta else ''}{note}{check}{took}")
+    if getattr(args, "times", False):
+        total = sum(entry.seconds for entry in result.pipeline.trace)
+        print(f"passes took {total * 1e3:.1f} ms (each application with the Resolve after it)")
     if ort_lines is not None:
         same = ort_lines == result.pipeline.ort_lines()
         extra = len(result.pipeline.trace) - len(result.pipeline.ort_lines())
@@ -492,6 +497,7 @@ def _parser() -> argparse.ArgumentParser:
         " compared: each candidate a selector, filter or check refused and why (ORT's words where ORT has them),"
         " each unit fused or dropped, each NHWC conversion and Transpose push",
     )
+    p.add_argument("--times", action="store_true", help="each pass application's wall time (with its Resolve)")
     p.set_defaults(func=cmd_trace)
 
     p = sub.add_parser("diff", help="compare qdqopt with real ORT at tiers N, S, X (and P: bytes)")

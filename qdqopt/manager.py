@@ -197,11 +197,15 @@ def run_pipeline(
         assert isinstance(remover, RemoveDuplicateCastTransformer)
         before = op_counts(graph)
         graph.take_changes()
+        start = time.perf_counter()
         inserted = inserter.insert_casts(graph, ctx)
+        middle_time = time.perf_counter()
         middle = op_counts(graph)
         insert_changes = graph.take_changes()
         mark = len(log.events)
+        remove_start = time.perf_counter()
         modified = remover.apply_shared(graph, ctx, inserted)
+        seconds = {insert_spec.name: middle_time - start, remove_spec.name: time.perf_counter() - remove_start}
         after = op_counts(graph)
         with log.scope(pass_name=remove_spec.name):
             log.insert_before_resolve(mark, events.Kind.MODIFIED, events.modified_text(remove_spec.name, modified))
@@ -212,7 +216,11 @@ def run_pipeline(
             if modified:
                 _log_changes(log, insert_spec.name, insert_changes)
         for spec, delta in ((remove_spec, _delta(middle, after)), (insert_spec, _delta(before, middle))):
-            result.trace.append(TraceEntry(spec.name, spec.stage, 0, modified, True, delta if modified else {}))
+            result.trace.append(
+                TraceEntry(
+                    spec.name, spec.stage, 0, modified, True, delta if modified else {}, seconds=seconds[spec.name]
+                )
+            )
             if on_pass is not None:
                 on_pass(spec.name, graph)
         return modified
