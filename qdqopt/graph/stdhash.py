@@ -147,9 +147,9 @@ def std_hash_bytes(data: bytes, seed: int = HASH_SEED) -> int:
     length = len(data)
     h = (seed ^ (length * _MUL)) & _MASK64
     aligned = length & ~7
-    for off in range(0, aligned, 8):
-        word = int.from_bytes(data[off : off + 8], "little")
-        mixed = (_shift_mix((word * _MUL) & _MASK64) * _MUL) & _MASK64
+    for word in struct.unpack_from(f"<{aligned >> 3}Q", data):
+        mixed = (word * _MUL) & _MASK64
+        mixed = ((mixed ^ (mixed >> 47)) * _MUL) & _MASK64
         h = ((h ^ mixed) * _MUL) & _MASK64
     if length & 7:
         tail = int.from_bytes(data[aligned:], "little")
