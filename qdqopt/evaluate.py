@@ -52,7 +52,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-__all__ = ["NodeEvaluation", "build_node_model", "clear_cache", "evaluate_node"]
+__all__ = ["NodeEvaluation", "clear_cache", "evaluate_node"]
 
 _CACHE: OrderedDict[str, NodeEvaluation] = OrderedDict()
 _CACHE_ENTRIES = 1024
@@ -87,15 +87,16 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-def build_node_model(
+def evaluate_node(
     op_type: str,
     domain: str,
     attributes: Sequence[onnx.AttributeProto],
     inputs: Sequence[onnx.TensorProto | None],
     outputs_present: Sequence[bool],
     opsets: Mapping[str, int],
-) -> onnx.ModelProto:
-    """The one-node model described in the module docstring (canonical names, so that equal nodes share it)."""
+) -> NodeEvaluation:
+    """Run the node on ORT's CPU EP: the one-node model described in the module docstring (canonical names, so that
+    equal nodes share it), cached per signature."""
     initializers: list[onnx.TensorProto] = []
     input_names: list[str] = []
     for i, tensor in enumerate(inputs):
@@ -123,19 +124,12 @@ def build_node_model(
     opset_ids = [helper.make_opsetid(d, v) for d, v in sorted(opsets.items())]
     model.opset_import.extend(opset_ids)
     model.ir_version = max(helper.find_min_ir_version_for(opset_ids, ignore_unknown=True), 4)
-    return model
+    return _evaluate_cached(model)
 
 
-def evaluate_node(
-    op_type: str,
-    domain: str,
-    attributes: Sequence[onnx.AttributeProto],
-    inputs: Sequence[onnx.TensorProto | None],
-    outputs_present: Sequence[bool],
-    opsets: Mapping[str, int],
-) -> NodeEvaluation:
-    """Run the node on ORT's CPU EP (see the module docstring); cached per signature."""
-    model = build_node_model(op_type, domain, attributes, inputs, outputs_present, opsets)
+def _evaluate_cached(model: onnx.ModelProto) -> NodeEvaluation:
+    """:func:`_evaluate`, cached per serialized model (the most recent :data:`_CACHE_ENTRIES`; a result over
+    :data:`_CACHE_MAX_RESULT_BYTES` is not kept)."""
     data = model.SerializeToString()
     key = hashlib.sha256(data).hexdigest()
     found = _CACHE.get(key)

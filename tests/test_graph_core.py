@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from qdqopt import run
 from qdqopt.diff import compare
 from qdqopt.errors import ModelError
-from qdqopt.graph import Graph, load_model, save_model
+from qdqopt.graph import Changes, Graph, load_model, save_model
 from qdqopt.reference import run_reference
 from qdqopt.target import Target
 
@@ -219,6 +219,7 @@ def test_changed_events_agree_with_the_op_counts() -> None:
     modified = [t for t in result.trace if t.modified]
     assert [e.pass_name for e in changed] == [t.name for t in modified]
     for event, entry in zip(changed, modified, strict=True):
+        assert isinstance(event.data, Changes)
         delta = Counter(op for _, _, op in event.data.added)
         delta.subtract(Counter(op for _, _, op in event.data.removed))
         assert {k: v for k, v in delta.items() if v} == entry.op_delta, entry.name

@@ -36,13 +36,14 @@ inference (:mod:`qdqopt.graph.contrib`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
 
 from qdqopt.errors import ModelError
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Edge, Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import check_output_edges
 from qdqopt.passes.qdq_util import ValueTypes, is_supported_op, produces_graph_output
@@ -140,45 +141,38 @@ def _scale_from_node(graph: Graph, types: ValueTypes, node: Node) -> tuple[np.fl
     return None
 
 
-def _scale_neighbour(
-    graph: Graph, types: ValueTypes, node: Node, index: int
-) -> tuple[Node, tuple[np.float32, int]] | None:
-    """The neighbour ``index`` of ``node`` if it runs on the same EP and scales by a constant (with the scale and
-    its input slot), else None."""
-    scale_node = graph.node(index)
-    assert scale_node is not None
-    if scale_node.ep != node.ep:
-        return None
-    found = _scale_from_node(graph, types, scale_node)
-    return None if found is None else (scale_node, found)
+def _scale_neighbours(
+    graph: Graph, types: ValueTypes, node: Node, edges: Iterable[Edge], *, upstream: bool
+) -> Iterator[tuple[Edge, Node, np.float32, int]]:
+    """Per edge, in order, the node at its other end (the producer when ``upstream``, else the consumer) if it runs
+    on ``node``'s EP and scales by a constant: the edge, that scale node, the scale and the scale's input slot."""
+    for edge in edges:
+        scale_node = graph.node(edge.src if upstream else edge.dst)
+        assert scale_node is not None
+        if scale_node.ep != node.ep:
+            continue
+        found = _scale_from_node(graph, types, scale_node)
+        if found is not None:
+            scale, scale_index = found
+            yield edge, scale_node, scale, scale_index
 
 
 def _input_merges(graph: Graph, node: Node, types: ValueTypes) -> list[_Merge]:
     merges: list[_Merge] = []
-    for edge in graph.input_edges(node):
-        neighbour = _scale_neighbour(graph, types, node, edge.src)
-        if neighbour is None:
-            continue
-        scale_node, (scale, scale_index) = neighbour
+    found = _scale_neighbours(graph, types, node, graph.input_edges(node), upstream=True)
+    for edge, scale_node, scale, scale_index in found:
         unscaled = scale_node.inputs[1 - scale_index]
         shape = types.shape(unscaled)
-        if shape is None or len(shape) == 0:
-            continue
-        merges.append(_Merge(scale_node, scale, unscaled, edge.dst_slot))
+        if shape is not None and len(shape) > 0:
+            merges.append(_Merge(scale_node, scale, unscaled, edge.dst_slot))
     return merges
 
 
 def _output_merges(graph: Graph, node: Node, types: ValueTypes) -> list[_Merge]:
     if not check_output_edges(graph, node, 1):
         return []
-    merges: list[_Merge] = []
-    for edge in graph.output_edges(node):
-        neighbour = _scale_neighbour(graph, types, node, edge.dst)
-        if neighbour is None:
-            continue
-        scale_node, (scale, _) = neighbour
-        merges.append(_Merge(scale_node, scale, scale_node.outputs[0], edge.src_slot))
-    return merges
+    found = _scale_neighbours(graph, types, node, graph.output_edges(node), upstream=False)
+    return [_Merge(scale_node, scale, scale_node.outputs[0], edge.src_slot) for edge, scale_node, scale, _ in found]
 
 
 def _fuse(graph: Graph, node: Node, input_merges: list[_Merge], output_merges: list[_Merge]) -> None:

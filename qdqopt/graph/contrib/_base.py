@@ -29,6 +29,7 @@ import onnx.defs
 import onnx.shape_inference
 
 __all__ = [
+    "MS",
     "Dim",
     "InferenceError",
     "Inferred",
@@ -37,12 +38,16 @@ __all__ = [
     "broadcast",
     "conv_pool_shape",
     "dim_value",
+    "gemm_shape",
     "global_pool_shape",
     "matmul_shape",
-    "nhwc_conv_pool_shape",
+    "normalize_axis",
     "register_specs",
     "unknown_dim",
 ]
+
+#: ORT's contrib-op domain
+MS = "com.microsoft"
 
 Dim = onnx.TensorShapeProto.Dimension
 InferenceError = onnx.shape_inference.InferenceError
@@ -185,6 +190,32 @@ def _trunc_div(a: int, b: int) -> int:
     return q if (a >= 0) == (b >= 0) else -q
 
 
+def to_nchw(dims: list[Dim] | None) -> list[Dim] | None:
+    """``NhwcInferenceContext``'s view of input 0: N, C, spatial... from N, spatial..., C (rank 3 at least)."""
+    if dims is None:
+        return None
+    if len(dims) < 3:
+        raise InferenceError("Tensor must have at least 3 dimensions to convert between channels first and last.")
+    return _copy([dims[0], dims[-1], *dims[1:-1]])
+
+
+def to_nhwc(dims: list[Dim] | None) -> list[Dim] | None:
+    """``NhwcInferenceContext::PropagateOutputShape``: N, spatial..., C from N, C, spatial..."""
+    if dims is None:
+        return None
+    if len(dims) < 3:
+        raise InferenceError("Output tensor must have at least 3 dimensions")
+    return _copy([dims[0], *dims[2:], dims[1]])
+
+
+def normalize_axis(axis: int, rank: int, message: str) -> int:
+    """ONNX's axis check: ``axis`` in [-rank, rank) or :class:`InferenceError` with ``message`` (each op's own
+    words, as its schema words it), made non-negative."""
+    if axis < -rank or axis >= rank:
+        raise InferenceError(message)
+    return axis + rank if axis < 0 else axis
+
+
 def conv_pool_shape(
     node: Node,
     x: list[Dim] | None,
@@ -192,12 +223,17 @@ def conv_pool_shape(
     *,
     use_dilation: bool,
     require_kernel_shape: bool,
+    channels_last: bool = False,
 ) -> list[Dim] | None:
     """ONNX's ``convPoolShapeInference`` on an NCHW input shape ``x`` (and the weight's ``w`` for a Conv).
 
     The output keeps N (and C for a pool, W's M for a Conv); a spatial dim is computed where the input's has a
     value and left unknown otherwise. None: no shape (an input shape is missing, or a weight dim has no value).
+    ``channels_last``: ``convPoolShapeInferenceNhwc``, the same on the NCHW view of an NHWC ``x`` (:func:`to_nchw`),
+    the result transposed back (:func:`to_nhwc`).
     """
+    if channels_last:
+        x = to_nchw(x)
     if x is None:
         return None
     if not require_kernel_shape and w is None:
@@ -273,38 +309,7 @@ def conv_pool_shape(
         if ceil_mode == 1 and (value - 1) * strides[i] >= size + pads[i]:
             value -= 1  # a window starting in the end padding is dropped (PyTorch's rule)
         out.append(dim_value(value))
-    return out
-
-
-def to_nchw(dims: list[Dim] | None) -> list[Dim] | None:
-    """``NhwcInferenceContext``'s view of input 0: N, C, spatial... from N, spatial..., C (rank 3 at least)."""
-    if dims is None:
-        return None
-    if len(dims) < 3:
-        raise InferenceError("Tensor must have at least 3 dimensions to convert between channels first and last.")
-    return _copy([dims[0], dims[-1], *dims[1:-1]])
-
-
-def to_nhwc(dims: list[Dim] | None) -> list[Dim] | None:
-    """``NhwcInferenceContext::PropagateOutputShape``: N, spatial..., C from N, C, spatial..."""
-    if dims is None:
-        return None
-    if len(dims) < 3:
-        raise InferenceError("Output tensor must have at least 3 dimensions")
-    return _copy([dims[0], *dims[2:], dims[1]])
-
-
-def nhwc_conv_pool_shape(
-    node: Node,
-    x: list[Dim] | None,
-    w: list[Dim] | None,
-    *,
-    use_dilation: bool,
-    require_kernel_shape: bool,
-) -> list[Dim] | None:
-    """``convPoolShapeInferenceNhwc``: the NCHW inference on the transposed input, transposed back."""
-    nchw = conv_pool_shape(node, to_nchw(x), w, use_dilation=use_dilation, require_kernel_shape=require_kernel_shape)
-    return to_nhwc(nchw)
+    return to_nhwc(out) if channels_last else out
 
 
 def global_pool_shape(x: list[Dim] | None) -> list[Dim] | None:
@@ -344,8 +349,22 @@ def broadcast(*shapes: Sequence[Dim]) -> list[Dim] | None:
 
 
 def matmul_shape(a: Sequence[Dim], b: Sequence[Dim]) -> list[Dim] | None:
-    """ONNX's ``matmulShapeInference``."""
+    """ONNX's ``matmulShapeInference``, a rank-0 operand refused as it (and ORT's ``FusedMatMulShapeInference``)
+    refuses one."""
+    if not a or not b:
+        raise InferenceError("Input tensors of wrong rank (0).")
     return _onnx_infer("MatMul", 13, [a, b])
+
+
+def gemm_shape(node: Node, a: Sequence[Dim], b: Sequence[Dim]) -> list[Dim]:
+    """The Gemm shape of ORT's FusedGemm and QGemm: (M, N) from the rank-2 A and B, as ``transA`` and ``transB``
+    read them."""
+    if len(a) != 2:
+        raise InferenceError("First input does not have rank 2")
+    if len(b) != 2:
+        raise InferenceError("Second input does not have rank 2")
+    trans_a, trans_b = node.attr_int("transA", 0) != 0, node.attr_int("transB", 0) != 0
+    return [a[1 if trans_a else 0], b[0 if trans_b else 1]]
 
 
 # ------------------------------------------------------------------------------------------------ schemas

@@ -20,11 +20,19 @@ from __future__ import annotations
 
 from onnx import TensorProto
 
-from qdqopt.graph.contrib._base import Dim, InferenceError, Node, OpSpec, conv_pool_shape, dim_value, matmul_shape
+from qdqopt.graph.contrib._base import (
+    MS,
+    Dim,
+    Node,
+    OpSpec,
+    conv_pool_shape,
+    dim_value,
+    gemm_shape,
+    matmul_shape,
+    normalize_axis,
+)
 
 __all__ = ["SPECS"]
-
-MS = "com.microsoft"
 
 
 def _transposed(dims: list[Dim], trans: bool, trans_batch: bool) -> list[Dim]:
@@ -43,8 +51,6 @@ def _fused_matmul(node: Node) -> None:
     a, b = node.shape(0), node.shape(1)
     if a is None or b is None:
         return
-    if not a or not b:
-        raise InferenceError("Input tensors of wrong rank (0).")
     dims = matmul_shape(
         _transposed(a, node.attr_int("transA", 0) != 0, node.attr_int("transBatchA", 0) != 0),
         _transposed(b, node.attr_int("transB", 0) != 0, node.attr_int("transBatchB", 0) != 0),
@@ -64,12 +70,7 @@ def _fused_gemm(node: Node) -> None:
         return
     a, b = node.shape(0), node.shape(1)
     assert a is not None and b is not None
-    if len(a) != 2:
-        raise InferenceError("First input does not have rank 2")
-    if len(b) != 2:
-        raise InferenceError("Second input does not have rank 2")
-    trans_a, trans_b = node.attr_int("transA", 0) != 0, node.attr_int("transB", 0) != 0
-    node.set_shape(0, [a[1 if trans_a else 0], b[0 if trans_b else 1]])
+    node.set_shape(0, gemm_shape(node, a, b))
 
 
 def _normalized(dims: list[Dim], axis: int) -> list[Dim]:
@@ -90,10 +91,7 @@ def _layer_norm(node: Node, stats: tuple[int, ...], *, only_axis: bool = False) 
     if dims is None:
         return
     rank = len(dims)
-    axis = node.attr_int("axis", -1)
-    if axis < -rank or axis >= rank:
-        raise InferenceError(f"axis must be in [-rank, rank-1]. input rank was {rank}")
-    axis = axis + rank if axis < 0 else axis
+    axis = normalize_axis(node.attr_int("axis", -1), rank, f"axis must be in [-rank, rank-1]. input rank was {rank}")
     reduced = [dim_value(1) if i == axis else d for i, d in enumerate(dims)] if only_axis else _normalized(dims, axis)
     for index in stats:
         if index < node.num_outputs:

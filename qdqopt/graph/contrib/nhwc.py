@@ -17,17 +17,22 @@ The NHWC transposition (``NhwcInferenceContext``) needs a rank of 3 at least, on
 
 from __future__ import annotations
 
-from qdqopt.graph.contrib._base import Dim, Node, OpSpec, conv_pool_shape, dim_value, nhwc_conv_pool_shape
+from qdqopt.graph.contrib._base import MS, Dim, Node, OpSpec, conv_pool_shape, dim_value
 
 __all__ = ["SPECS"]
-
-MS = "com.microsoft"
 
 
 def _qlinear_shape(node: Node, w: list[Dim] | None, *, use_dilation: bool, require_kernel_shape: bool) -> None:
     """Output 0's shape by the NCHW inference, or the NHWC one when ``channels_last`` is set."""
-    infer = nhwc_conv_pool_shape if node.attr_int("channels_last", 0) != 0 else conv_pool_shape
-    dims = infer(node, node.shape(0), w, use_dilation=use_dilation, require_kernel_shape=require_kernel_shape)
+    channels_last = node.attr_int("channels_last", 0) != 0
+    dims = conv_pool_shape(
+        node,
+        node.shape(0),
+        w,
+        use_dilation=use_dilation,
+        require_kernel_shape=require_kernel_shape,
+        channels_last=channels_last,
+    )
     node.set_shape_if_known(0, dims)
 
 
@@ -38,9 +43,8 @@ def _qlinear_conv(node: Node) -> None:
 
 def _nhwc_max_pool(node: Node) -> None:
     node.propagate_elem(0, 0)
-    node.set_shape_if_known(
-        0, nhwc_conv_pool_shape(node, node.shape(0), None, use_dilation=True, require_kernel_shape=True)
-    )
+    dims = conv_pool_shape(node, node.shape(0), None, use_dilation=True, require_kernel_shape=True, channels_last=True)
+    node.set_shape_if_known(0, dims)
 
 
 def _qlinear_average_pool(node: Node) -> None:
@@ -63,7 +67,8 @@ def _qlinear_global_average_pool(node: Node) -> None:
 def _nhwc_conv(node: Node) -> None:
     node.propagate_elem(0, 0)
     x, w = node.shape(0), node.shape(1)
-    node.set_shape_if_known(0, nhwc_conv_pool_shape(node, x, w, use_dilation=True, require_kernel_shape=False))
+    dims = conv_pool_shape(node, x, w, use_dilation=True, require_kernel_shape=False, channels_last=True)
+    node.set_shape_if_known(0, dims)
 
 
 SPECS = [

@@ -24,11 +24,20 @@ from __future__ import annotations
 
 from onnx import TensorProto
 
-from qdqopt.graph.contrib._base import Dim, InferenceError, Node, OpSpec, broadcast, dim_value, matmul_shape
+from qdqopt.graph.contrib._base import (
+    MS,
+    Dim,
+    InferenceError,
+    Node,
+    OpSpec,
+    broadcast,
+    dim_value,
+    gemm_shape,
+    matmul_shape,
+    normalize_axis,
+)
 
 __all__ = ["SPECS"]
-
-MS = "com.microsoft"
 
 
 def _quantize_linear(node: Node) -> None:
@@ -55,13 +64,10 @@ def _qlinear_math(node: Node) -> None:
 def _qlinear_softmax(node: Node) -> None:
     node.propagate_elem(0, 0)
     dims = node.shape(0)
-    if dims is None:
-        return
-    rank = len(dims)
-    axis = node.attr_int("axis", -1)
-    if axis < -rank or axis >= rank:
-        raise InferenceError(f"'axis' must be in [{-rank} , {rank - 1}]. Its actual value is: {axis}")
-    node.set_shape(0, dims)
+    if dims is not None:
+        rank, axis = len(dims), node.attr_int("axis", -1)
+        normalize_axis(axis, rank, f"'axis' must be in [{-rank} , {rank - 1}]. Its actual value is: {axis}")
+        node.set_shape(0, dims)
 
 
 def _qlinear_reduce_mean(node: Node) -> None:
@@ -73,10 +79,7 @@ def _qlinear_reduce_mean(node: Node) -> None:
     rank = len(dims)
     axes = node.attr_ints("axes") or []
     for i, axis in enumerate(axes):
-        if axis < -rank or axis >= rank:
-            raise InferenceError(f"axis must be in [-rank, rank-1]. input rank was {rank}")
-        if axis < 0:
-            axes[i] = axis + rank
+        axes[i] = normalize_axis(axis, rank, f"axis must be in [-rank, rank-1]. input rank was {rank}")
     out: list[Dim] = []
     for i in range(rank):
         if axes and i not in axes:
@@ -112,11 +115,7 @@ def _qlinear_concat(node: Node) -> None:
     rank = len(first)
     if node.attr("axis") is None:
         raise InferenceError("Required attribute axis is missing")
-    axis = node.attr_int("axis", 0)
-    if rank <= axis or axis < -rank:
-        raise InferenceError("axis must be in [-rank, rank)")
-    if axis < 0:
-        axis += rank
+    axis = normalize_axis(node.attr_int("axis", 0), rank, "axis must be in [-rank, rank)")
     out = [Dim() for _ in range(rank)]
     total, all_known = 0, True
     for i in range(2, count, 3):
@@ -154,20 +153,13 @@ def _qgemm(node: Node) -> None:
     a, b = node.shape(0), node.shape(3)
     if a is None or b is None:
         return
-    if len(a) != 2:
-        raise InferenceError("First input does not have rank 2")
-    if len(b) != 2:
-        raise InferenceError("Second input does not have rank 2")
-    trans_a, trans_b = node.attr_int("transA", 0) != 0, node.attr_int("transB", 0) != 0
-    node.set_shape(0, [a[1 if trans_a else 0], b[0 if trans_b else 1]])
+    node.set_shape(0, gemm_shape(node, a, b))
 
 
 def _matmul(node: Node) -> None:
     a, b = node.shape(0), node.shape(1)
     if a is None or b is None:
         return
-    if not a or not b:
-        raise InferenceError("Input tensors of wrong rank (0).")
     dims = matmul_shape(a, b)
     node.set_shape_if_known(0, dims)
 
