@@ -18,19 +18,26 @@ order), no metadata, inputs/outputs as NodeArgs (name and type, refined by infer
 input's entries whose tensors still exist plus the node outputs that subgraphs read, sorted by name. The model
 keeps its IR version and producer; its opset imports gain every domain of ORT's registry that it lacked; its
 metadata comes out in the iteration order of ORT's ``std::unordered_map``.
+
+Memory (issue #10): each weight is held once from load to save. A file of :data:`SPLIT_READ_BYTES` or more is read
+an initializer at a time; the graph shares the loaded TensorProtos and AttributeProtos (passes replace such protos,
+never edit them); ONNX shape inference gets the large weights' dims, not their data; :func:`write_model` writes the
+saved model's bytes an initializer at a time, where :func:`save_model`'s ModelProto holds a copy of the weights.
 """
 
 from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO, TypeVar
 
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError, Message
 from onnx import numpy_helper, shape_inference
 
 from qdqopt.errors import ModelError
@@ -38,7 +45,7 @@ from qdqopt.graph.core import Graph, Node
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
 
-__all__ = ["Model", "load_model", "merge_type", "save_model"]
+__all__ = ["Model", "load_model", "merge_type", "save_model", "write_model"]
 
 # Domains ORT 1.32 adds to the saved opset_import when the model lacks them, in the order it appends them [EXP].
 REGISTRY_OPSETS: tuple[tuple[str, int], ...] = (
@@ -52,6 +59,10 @@ REGISTRY_OPSETS: tuple[tuple[str, int], ...] = (
     ("org.pytorch.aten", 1),
 )
 RAW_THRESHOLD_BYTES = 128
+#: model files from this size on are read an initializer at a time (:func:`_read_split`); smaller ones whole
+SPLIT_READ_BYTES = 1 << 22
+
+_P = TypeVar("_P", bound=Message)
 
 
 @dataclass
@@ -70,11 +81,43 @@ class Model:
 
 
 # ---------------------------------------------------------------------------------------------------------- loading
-def read_model_proto(source: str | os.PathLike[str] | onnx.ModelProto) -> tuple[onnx.ModelProto, Path | None]:
-    """Read a model file without following external data outside its folder. Raises :class:`ModelError`."""
+def read_model_proto(
+    source: str | os.PathLike[str] | onnx.ModelProto, *, initializers: bool = True
+) -> tuple[onnx.ModelProto, Path | None]:
+    """Read a model file without following external data outside its folder. Raises :class:`ModelError`.
+
+    Without ``initializers``, the main graph comes without them (for a summary of the model, such as its op counts:
+    a large file is then read an initializer at a time, each checked and dropped, see :func:`_read_split`).
+    """
     if isinstance(source, onnx.ModelProto):
         return source, None
     path = Path(source)
+    if not initializers and path.is_file() and _splittable(path):
+        base = path.resolve().parent
+        try:
+            header, gp, _, has_graph = _read_split(path, sink=lambda t: _check_external_location(t, base, path))
+        except (_NotSplittable, DecodeError, ValueError, RuntimeError, OSError):
+            pass  # parsed whole below, which says what is wrong with it
+        else:
+            if not has_graph:
+                raise ModelError(f"{path}: not an ONNX model (no graph)")
+            _check_external_locations(gp, base, path, [])
+            header.graph.CopyFrom(gp)
+            return header, base
+    proto, base = _read_whole(path)
+    if not initializers:
+        proto.graph.ClearField("initializer")
+    return proto, base
+
+
+def _splittable(path: Path) -> bool:
+    """Whether a model file is read an initializer at a time (:data:`SPLIT_READ_BYTES`, binary protobuf)."""
+    return path.stat().st_size >= SPLIT_READ_BYTES and onnx.serialization.registry.get_format_from_file_extension(
+        path.suffix
+    ) in (None, "protobuf")
+
+
+def _read_whole(path: Path) -> tuple[onnx.ModelProto, Path]:
     if not path.exists():
         raise ModelError(f"{path}: no such file")
     if not path.is_file():
@@ -90,19 +133,25 @@ def read_model_proto(source: str | os.PathLike[str] | onnx.ModelProto) -> tuple[
     return proto, base
 
 
-def _check_external_locations(graph: onnx.GraphProto, base: Path, path: Path) -> None:
-    for tensor in graph.initializer:
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            location = {e.key: e.value for e in tensor.external_data}.get("location", "")
-            target = (base / location).resolve()
-            if not location or os.path.isabs(location) or not target.is_relative_to(base):
-                raise ModelError(f"{path}: initializer {tensor.name!r} has external data outside the model's folder")
-            if not target.is_file():
-                raise ModelError(f"{path}: initializer {tensor.name!r}: external data file {location!r} is missing")
+def _check_external_locations(
+    graph: onnx.GraphProto, base: Path, path: Path, initializers: Iterable[onnx.TensorProto] | None = None
+) -> None:
+    for tensor in graph.initializer if initializers is None else initializers:
+        _check_external_location(tensor, base, path)
     for node in graph.node:
         for attr in node.attribute:
             for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
                 _check_external_locations(sub, base, path)
+
+
+def _check_external_location(tensor: onnx.TensorProto, base: Path, path: Path) -> None:
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        location = {e.key: e.value for e in tensor.external_data}.get("location", "")
+        target = (base / location).resolve()
+        if not location or os.path.isabs(location) or not target.is_relative_to(base):
+            raise ModelError(f"{path}: initializer {tensor.name!r} has external data outside the model's folder")
+        if not target.is_file():
+            raise ModelError(f"{path}: initializer {tensor.name!r}: external data file {location!r} is missing")
 
 
 def load_model(source: str | os.PathLike[str] | onnx.ModelProto, *, inline_local_functions: bool = True) -> Model:
@@ -112,37 +161,281 @@ def load_model(source: str | os.PathLike[str] | onnx.ModelProto, *, inline_local
     ahead-of-time function inlining, the first step of a session (:func:`qdqopt.partition.inline_functions_aot`),
     unless ``inline_local_functions`` is False (``session.disable_aot_function_inlining=1``): the partitioner then
     inlines the calls.
+
+    The loaded graph shares the file's initializers and attributes (passes replace such protos, never edit them):
+    each weight is held once, from load to save. A ModelProto given as ``source`` is shared the same way, so it must
+    not be edited while the model is in use.
     """
-    proto, base = read_model_proto(source)
-    header = onnx.ModelProto()
-    header.CopyFrom(proto)
-    header.ClearField("graph")
-    opset_import = [(normalize_domain(o.domain), int(o.version)) for o in proto.opset_import]
+    header, gp, initializers, base = _read_parts(source)
+    opset_import = [(normalize_domain(o.domain), int(o.version)) for o in header.opset_import]
     opsets = dict(opset_import)
     # ORT's Model knows every domain of its registry (which is why they appear in the saved opset_import)
     for domain, version in missing_opsets(set(opsets)):
         opsets.setdefault(domain, version)
-    graph = _build_graph(proto.graph, opsets, int(proto.ir_version), None, None)
+    graph = _build_graph(gp, opsets, int(header.ir_version), None, None, initializers=initializers)
     model = Model(header=header, graph=graph, opset_import=opset_import, base_dir=base)
-    model.value_types = _infer_types(proto)
+    model.value_types = _infer_types(_inference_model(header, gp, initializers), owned=True)
     _load_time_resolve(graph)
-    if proto.functions:
+    if header.functions:
         from qdqopt.graph.function_inlining import check_not_recursive, set_local_functions
         from qdqopt.partition import inline_functions_aot
 
-        check_not_recursive(proto.functions)
-        set_local_functions(graph, proto.functions)
+        functions = [_copy(f) for f in header.functions]  # the partitioner edits header.functions
+        check_not_recursive(functions)
+        set_local_functions(graph, functions)
         if inline_local_functions:
             inline_functions_aot(model)
     return model
 
 
+class _NotSplittable(Exception):
+    """The file is not plain protobuf wire data :func:`_read_split` can take apart (it is parsed whole instead)."""
+
+
+def _read_parts(
+    source: str | os.PathLike[str] | onnx.ModelProto,
+) -> tuple[onnx.ModelProto, onnx.GraphProto, list[onnx.TensorProto], Path | None]:
+    """The model's fields but its graph (``header``), its main graph but the initializers, the initializers, and the
+    model's folder. Raises :class:`ModelError` as :func:`read_model_proto` does.
+
+    A file of :data:`SPLIT_READ_BYTES` or more is read field by field (:func:`_read_split`): each initializer is
+    parsed from its own bytes, so loading takes the file's size once, not twice (the file's bytes and the parsed
+    model). A smaller one is parsed whole, which is faster.
+    """
+    if isinstance(source, onnx.ModelProto):
+        header = onnx.ModelProto()
+        _copy_except(header, source, "graph")
+        return header, source.graph, list(source.graph.initializer), None
+    path = Path(source)
+    if path.is_file() and _splittable(path):
+        try:
+            header, gp, initializers, has_graph = _read_split(path)
+        except (_NotSplittable, DecodeError, ValueError, RuntimeError, OSError):
+            pass  # parsed whole below, which says what is wrong with it
+        else:
+            if not has_graph:
+                raise ModelError(f"{path}: not an ONNX model (no graph)")
+            base = path.resolve().parent
+            _check_external_locations(gp, base, path, initializers)
+            return header, gp, initializers, base
+    whole, whole_base = read_model_proto(path)
+    header = onnx.ModelProto()
+    _copy_except(header, whole, "graph")
+    return header, whole.graph, list(whole.graph.initializer), whole_base
+
+
+def _copy_except(target: Message, source: Message, name: str) -> None:
+    """Copy ``source`` but its field ``name`` into the empty message ``target``, the fields it did not know when it
+    was parsed included (:func:`_copy_fields` if it has none; otherwise a whole copy, then ``name`` cleared)."""
+    if _has_unknown_fields(source):
+        target.CopyFrom(source)
+        target.ClearField(name)
+    else:
+        _copy_fields(target, source, skip=name)
+
+
+def _has_unknown_fields(message: Message) -> bool:
+    try:
+        from google.protobuf.unknown_fields import UnknownFieldSet
+    except ImportError:  # pragma: no cover - protobuf before 4.22: assume there are some
+        return True
+    return len(UnknownFieldSet(message)) > 0
+
+
+def _copy_fields(target: Message, source: Message, *, skip: str) -> None:
+    """Copy every known field of ``source`` but ``skip`` into the empty message ``target`` (without copying
+    ``skip``)."""
+    for descriptor, value in source.ListFields():
+        if descriptor.name != skip:
+            _copy_field(target, descriptor, value)
+
+
+def _copy_field(target: Message, descriptor: FieldDescriptor, value: object) -> None:
+    if _is_repeated(descriptor):
+        getattr(target, descriptor.name).extend(value)
+    elif descriptor.message_type is not None:
+        getattr(target, descriptor.name).CopyFrom(value)
+    else:
+        setattr(target, descriptor.name, value)
+
+
+def _is_repeated(descriptor: FieldDescriptor) -> bool:
+    if hasattr(descriptor, "is_repeated"):  # protobuf 6.31 and later (``label`` is gone from upb's descriptors)
+        return bool(descriptor.is_repeated)
+    return bool(descriptor.label == descriptor.LABEL_REPEATED)
+
+
+def _copy(proto: _P) -> _P:
+    out: _P = type(proto)()
+    out.CopyFrom(proto)
+    return out
+
+
+_MODEL_GRAPH = 7  # ModelProto.graph
+_GRAPH_INITIALIZER = 5  # GraphProto.initializer
+_LENGTH_DELIMITED = 2
+
+
+def _read_split(
+    path: Path, *, sink: Callable[[onnx.TensorProto], None] | None = None
+) -> tuple[onnx.ModelProto, onnx.GraphProto, list[onnx.TensorProto], bool]:
+    """Parse a protobuf model file as :func:`onnx.load` does, but in parts: the ModelProto's fields but its graph,
+    the graph's fields but its initializers, then each initializer from its own bytes, in file order (handed to
+    ``sink`` instead of being returned, if given).
+
+    (A message parsed from its fields in any grouping is the same message: protobuf merges a message's fields in
+    order, and a repeated field's elements come in file order.) Raises :class:`_NotSplittable` where the wire data is
+    not a single length-delimited graph of length-delimited initializers (groups, a graph given twice, truncation).
+    """
+    header_parts: list[bytes] = []
+    graph_parts: list[bytes] = []
+    initializers: list[onnx.TensorProto] = []
+    has_graph = False
+    with open(path, "rb", buffering=0) as handle:
+        data = _Window(handle, os.fstat(handle.fileno()).st_size)
+        pos = 0
+        while pos < data.size:
+            field_number, wire_type, start = data.tag(pos)
+            if field_number == _MODEL_GRAPH:
+                if has_graph or wire_type != _LENGTH_DELIMITED:
+                    raise _NotSplittable("graph")
+                has_graph = True
+                length, start = data.varint(start)
+                end = start + length
+                if end > data.size:
+                    raise _NotSplittable("truncated")
+                _split_graph(data, start, end, graph_parts, initializers.append if sink is None else sink)
+            else:
+                end = data.field_end(start, wire_type, data.size)
+                header_parts.append(data.read(pos, end - pos))
+            pos = end
+    header = _parse(onnx.ModelProto(), b"".join(header_parts))
+    graph = _parse(onnx.GraphProto(), b"".join(graph_parts))
+    return header, graph, initializers, has_graph
+
+
+def _split_graph(
+    data: _Window, pos: int, end: int, parts: list[bytes], initializer: Callable[[onnx.TensorProto], None]
+) -> None:
+    run = pos  # where the current run of fields other than initializers starts
+    while pos < end:
+        field_number, wire_type, start = data.tag(pos)
+        if field_number == _GRAPH_INITIALIZER:
+            if wire_type != _LENGTH_DELIMITED:
+                raise _NotSplittable("initializer")
+            length, start = data.varint(start)
+            stop = start + length
+            if stop > end:
+                raise _NotSplittable("truncated")
+            if run < pos:
+                parts.append(data.read(run, pos - run))
+            initializer(_parse(onnx.TensorProto(), data.read(start, length)))
+            run = stop
+        else:
+            stop = data.field_end(start, wire_type, end)
+        pos = stop
+    if run < end:
+        parts.append(data.read(run, end - run))
+
+
+def _parse(proto: _P, data: bytes) -> _P:
+    decoded = proto.ParseFromString(data)
+    if decoded is not None and decoded != len(data):
+        raise _NotSplittable("partly decoded")
+    return proto
+
+
+class _Window:
+    """Protobuf wire data read from a file through a window of :attr:`CHUNK` bytes (larger fields are read
+    directly, so the file is never held whole)."""
+
+    CHUNK = 1 << 16
+
+    def __init__(self, handle: BinaryIO, size: int) -> None:
+        self.handle = handle
+        self.size = size
+        self.buffer = b""
+        self.offset = 0  # the file position of buffer[0]
+
+    def _load(self, pos: int, count: int) -> None:
+        self.handle.seek(pos)
+        self.buffer = _read_exactly(self.handle, min(max(count, self.CHUNK), self.size - pos))
+        self.offset = pos
+
+    def read(self, pos: int, count: int) -> bytes:
+        """The ``count`` bytes at ``pos`` (the caller checked they are in the file)."""
+        at = pos - self.offset
+        if at >= 0 and at + count <= len(self.buffer):
+            return self.buffer[at : at + count]
+        if count >= self.CHUNK:
+            self.handle.seek(pos)
+            return _read_exactly(self.handle, count)
+        self._load(pos, count)
+        return self.buffer[:count]
+
+    def varint(self, pos: int) -> tuple[int, int]:
+        """The varint at ``pos`` and the position after it."""
+        at = pos - self.offset
+        buffer = self.buffer
+        if 0 <= at < len(buffer) and buffer[at] < 0x80:  # most tags and lengths of small fields: one byte
+            return buffer[at], pos + 1
+        if at < 0 or (at + 10 > len(buffer) and self.offset + len(buffer) < self.size):
+            self._load(pos, 10)
+            at = 0
+            buffer = self.buffer
+        value = shift = 0
+        for i in range(at, min(at + 10, len(buffer))):
+            byte = buffer[i]
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value, pos + i - at + 1
+            shift += 7
+        raise _NotSplittable("bad varint")
+
+    def tag(self, pos: int) -> tuple[int, int, int]:
+        """The field number and wire type of the field at ``pos``, and where its value starts."""
+        tag, after = self.varint(pos)
+        if tag >> 3 == 0 or tag >= 1 << 32:
+            raise _NotSplittable("bad tag")
+        return tag >> 3, tag & 7, after
+
+    def field_end(self, pos: int, wire_type: int, limit: int) -> int:
+        """The end of the field whose value starts at ``pos``."""
+        if wire_type == 0:
+            end = self.varint(pos)[1]
+        elif wire_type == 1:
+            end = pos + 8
+        elif wire_type == _LENGTH_DELIMITED:
+            length, start = self.varint(pos)
+            end = start + length
+        elif wire_type == 5:
+            end = pos + 4
+        else:  # groups (deprecated) and invalid wire types
+            raise _NotSplittable("wire type")
+        if end > limit:
+            raise _NotSplittable("truncated")
+        return end
+
+
+def _read_exactly(handle: BinaryIO, count: int) -> bytes:
+    data = handle.read(count)
+    if len(data) != count:  # an unbuffered read may return less: read the rest
+        parts = [data]
+        while count > sum(len(p) for p in parts):
+            more = handle.read(count - sum(len(p) for p in parts))
+            if not more:
+                raise _NotSplittable("truncated")
+            parts.append(more)
+        data = b"".join(parts)
+    return data
+
+
 def _add_proto_node(
     graph: Graph, proto: onnx.NodeProto, domain: str, *, original: onnx.NodeProto | None = None
 ) -> Node:
-    """Add the node ``proto`` describes (its attributes deep-copied), under ``domain``; its subgraphs are the
-    caller's."""
-    attrs = {a.name: copy.deepcopy(a) for a in proto.attribute}
+    """Add the node ``proto`` describes (its attribute protos shared: they are never edited in place), under
+    ``domain``; its subgraphs are the caller's."""
+    attrs = {a.name: a for a in proto.attribute}
     # ORT fills a reserved map in proto order, then copies it into the node (same iteration order).
     attr_map = StdUnorderedMap()
     attr_map.reserve(len(proto.attribute))
@@ -161,8 +454,15 @@ def _add_proto_node(
 
 
 def _build_graph(
-    gp: onnx.GraphProto, opsets: dict[str, int], ir_version: int, parent: Graph | None, parent_node: Node | None
+    gp: onnx.GraphProto,
+    opsets: dict[str, int],
+    ir_version: int,
+    parent: Graph | None,
+    parent_node: Node | None,
+    *,
+    initializers: Iterable[onnx.TensorProto] | None = None,
 ) -> Graph:
+    """The Graph ``gp`` describes, with ``initializers`` in place of ``gp.initializer`` if given."""
     graph = Graph(name=gp.name, opsets=opsets, parent=parent, parent_node=parent_node)
     graph.ir_version = ir_version
     graph.doc_string = gp.doc_string
@@ -172,7 +472,7 @@ def _build_graph(
     graph.value_info = [copy.deepcopy(v) for v in gp.value_info]
     graph.sparse_initializers = [copy.deepcopy(s) for s in gp.sparse_initializer]
     graph.metadata_props = [copy.deepcopy(p) for p in gp.metadata_props]
-    for tensor in gp.initializer:
+    for tensor in gp.initializer if initializers is None else initializers:
         if graph.is_initializer(tensor.name):
             raise ModelError(
                 f"initializer {tensor.name!r} is defined twice in graph {gp.name!r}: not valid ONNX; ORT keeps both "
@@ -282,14 +582,15 @@ _FOUR_BIT = frozenset({onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.Tenso
 
 
 def _normalise_initializer(tensor: onnx.TensorProto) -> onnx.TensorProto:
-    """Re-encode a typed-field initializer of 128 bytes or more as raw_data, as ORT's save does."""
+    """Re-encode a typed-field initializer of 128 bytes or more as raw_data, as ORT's save does; any other is
+    returned itself (initializer protos are never edited in place: passes replace them)."""
     if (
         tensor.HasField("raw_data")
         or tensor.data_location == onnx.TensorProto.EXTERNAL
         or tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED)
         or _byte_size(tensor) < RAW_THRESHOLD_BYTES
     ):
-        return copy.deepcopy(tensor)
+        return tensor
     array = numpy_helper.to_array(tensor)
     raw = numpy_helper.from_array(array, tensor.name)
     out = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
@@ -297,25 +598,58 @@ def _normalise_initializer(tensor: onnx.TensorProto) -> onnx.TensorProto:
     return out
 
 
-def _infer_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+#: the largest initializer (in elements) whose data shape inference is given beyond int32/int64 ones (which a shape,
+#: axes, pads, k or indices are, and which ONNX's data propagation reads): scales, a Range's bounds, a OneHot depth
+#: are small; weights are not, and only their type and dims matter to inference
+_INFERENCE_DATA_MAX = 4096
+_INFERENCE_DATA_TYPES = frozenset({onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.UNDEFINED})
+
+
+def _inference_tensor(tensor: onnx.TensorProto) -> onnx.TensorProto:
+    """The initializer as shape inference gets it: dims and type only for external data and large weights."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        out = _copy(tensor)
+        out.ClearField("external_data")
+        out.data_location = onnx.TensorProto.DEFAULT
+        return out
+    if tensor.data_type in _INFERENCE_DATA_TYPES:
+        return tensor
+    count = 1
+    for dim in tensor.dims:
+        count *= dim
+    if count <= _INFERENCE_DATA_MAX:
+        return tensor
+    return onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+
+
+def _inference_model(
+    header: onnx.ModelProto, gp: onnx.GraphProto, initializers: Iterable[onnx.TensorProto]
+) -> onnx.ModelProto:
+    """A ModelProto for :func:`_infer_types`: ``header``'s fields, ``gp``'s with ``initializers`` in place of its own,
+    the large weights without their data (:func:`_inference_tensor`), so no weight is copied."""
+    out = onnx.ModelProto()
+    _copy_fields(out, header, skip="graph")
+    _copy_fields(out.graph, gp, skip="initializer")
+    out.graph.initializer.extend(_inference_tensor(t) for t in initializers)
+    return out
+
+
+def _infer_types(proto: onnx.ModelProto, *, owned: bool = False) -> dict[str, onnx.TypeProto]:
     """Types of every tensor of the main graph as ORT's Resolve infers them (best effort: ops ONNX does not know keep
     their declared types).
 
-    ONNX shape inference with the initializers' data, and shape values propagated as far as ORT 1.32 propagates
-    them, which is less far than ONNX's ``data_prop`` (:func:`_mask_value_propagation`): the types inference gives
-    without propagation, their unknown dims filled from an inference with ONNX's propagation on a copy of the model
-    where the propagation ORT does not do cannot happen.
+    ONNX shape inference with the data of the initializers it may read (:func:`_inference_tensor`), and shape values
+    propagated as far as ORT 1.32 propagates them, which is less far than ONNX's ``data_prop``
+    (:func:`_mask_value_propagation`): the types inference gives without propagation, their unknown dims filled from
+    an inference with ONNX's propagation on a copy of the model where the propagation ORT does not do cannot happen.
     """
-    stripped = onnx.ModelProto()
-    stripped.CopyFrom(proto)
+    # shape inference needs dims, not data: no weight is copied (``owned``: ``proto`` is such a copy already, made
+    # by _inference_model, and is edited here)
+    stripped = proto if owned else _inference_model(proto, proto.graph, proto.graph.initializer)
+    declared = _dim_params(stripped.graph)
     for output in stripped.graph.output:  # a declared output shape must not block inference: the inferred one wins
         if output.type.HasField("tensor_type"):
             output.type.tensor_type.ClearField("shape")
-    for tensor in stripped.graph.initializer:  # shape inference needs dims, not data
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            tensor.ClearField("external_data")
-            tensor.data_location = onnx.TensorProto.DEFAULT
-    declared = _dim_params(proto.graph)
     try:
         inferred = shape_inference.infer_shapes(stripped, strict_mode=False)
     except Exception:
@@ -450,7 +784,77 @@ def _clear_invented_dims(gp: onnx.GraphProto, declared: set[str]) -> None:
 
 # ----------------------------------------------------------------------------------------------------------- saving
 def save_model(model: Model) -> onnx.ModelProto:
-    """The ModelProto ORT would write for this model's current state."""
+    """The ModelProto ORT would write for this model's current state (its weights copied into it: see
+    :func:`write_model` for a file written without that copy)."""
+    out, initializers = _save_parts(model)
+    out.graph.initializer.extend(initializers)
+    return out
+
+
+def write_model(model: Model, target: str | os.PathLike[str] | BinaryIO) -> int:
+    """Write ``save_model(model).SerializeToString()`` to a file (a path or a binary file object), one initializer
+    at a time, without making the saved model's copy of the weights, nor its bytes; returns the number of bytes.
+
+    Protobuf writes a message's known fields in field-number order, then the fields it did not know when it parsed
+    the message (``upb``'s encoder, which ``onnx`` uses), so the model's bytes are those of its fields before the
+    graph, the graph (its nodes and name, its initializers, its other fields), then its fields after the graph.
+    """
+    if isinstance(target, (str, os.PathLike)):
+        with open(target, "wb") as handle:
+            return write_model(model, handle)
+    out, initializers = _save_parts(model)
+    graph_head, graph_tail = _split_serialized(out.graph, "initializer")
+    out.ClearField("graph")
+    model_head, model_tail = _split_serialized(out, "graph")
+    sizes = [t.ByteSize() for t in initializers]
+    graph_size = len(graph_head) + len(graph_tail)
+    graph_size += sum(len(_GRAPH_INITIALIZER_TAG) + len(_varint(size)) + size for size in sizes)
+    written = 0
+    for part in (model_head, _MODEL_GRAPH_TAG, _varint(graph_size), graph_head):
+        written += target.write(part)
+    for tensor, size in zip(initializers, sizes, strict=True):
+        written += target.write(_GRAPH_INITIALIZER_TAG) + target.write(_varint(size))
+        data = tensor.SerializeToString()
+        if len(data) != size:
+            raise AssertionError(f"initializer {tensor.name!r}: {len(data)} bytes serialised, {size} announced")
+        written += target.write(data)
+    for part in (graph_tail, model_tail):
+        written += target.write(part)
+    return written
+
+
+_MODEL_GRAPH_TAG = bytes([_MODEL_GRAPH << 3 | _LENGTH_DELIMITED])
+_GRAPH_INITIALIZER_TAG = bytes([_GRAPH_INITIALIZER << 3 | _LENGTH_DELIMITED])
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _split_serialized(message: Message, name: str) -> tuple[bytes, bytes]:
+    """The bytes of ``message``, which lacks its field ``name``, split where that field's bytes would go: its known
+    fields with lower numbers, then its known fields with higher numbers and its unknown ones."""
+    field_descriptor = message.DESCRIPTOR.fields_by_name[name]
+    number = field_descriptor.number
+    assert not (getattr(message, name) if _is_repeated(field_descriptor) else message.HasField(name)), name
+    head = type(message)()
+    for descriptor, value in message.ListFields():
+        if descriptor.number < number:
+            _copy_field(head, descriptor, value)
+    head_bytes, whole = head.SerializeToString(), message.SerializeToString()
+    if not whole.startswith(head_bytes):
+        raise AssertionError(f"{message.DESCRIPTOR.name}: fields not serialised in field-number order")
+    return head_bytes, whole[len(head_bytes) :]
+
+
+def _save_parts(model: Model) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
+    """The ModelProto ORT would write for this model's current state without its main graph's initializers, and
+    those initializers in their saved order."""
     out = onnx.ModelProto()
     out.CopyFrom(model.header)
     present = {normalize_domain(o.domain) for o in out.opset_import}
@@ -461,31 +865,45 @@ def save_model(model: Model) -> onnx.ModelProto:
         entry = out.metadata_props.add()
         entry.key, entry.value = key, value
     regenerate = any_modified(model.graph)
+    if not regenerate:
+        _fill_graph(out.graph, model.graph, model.value_types, regenerate=False, initializers=False)
+        return out, _saved_initializers(model.graph, regenerate=False)
     # types a pass set on NodeArgs replace the load-time ones (and the declared types merged into those)
-    pinned = pinned_types(model.graph) if regenerate else {}
-    out.graph.CopyFrom(
-        save_graph(model.graph, {**model.value_types, **pinned}, regenerate=regenerate, exact=set(pinned))
-    )
-    if regenerate:
-        # ORT's Resolve re-infers every type after the rewrites: infer on the rewritten graph and save again.
-        fresh = _infer_types(out)
-        types = dict(fresh)
-        exact: set[str] = set(pinned)
-        g = model.graph
-        declared = {v.name: v.type for v in (*g.outputs, *g.value_info) if v.HasField("type")}
-        for name, known in {**model.value_types, **pinned}.items():
-            inferred = fresh.get(name)
-            # a pinned type is the NodeArg's type as a pass set it: the declared type no longer refines it
-            refines = name in declared and name not in pinned
-            existing = _merge_type(declared[name], known) if refines else known
-            gen = g.production_generation(name)
-            if gen is not None and existing is not None and inferred is not None and _conflict(existing, inferred):
-                # the Resolve after the pass that re-produced the value merged leniently; a later one refills
-                types[name] = inferred if gen + 1 < g.resolves else _lenient_merge(existing, inferred)
-                exact.add(name)
-            else:
-                types[name] = _fill_unknown(known, inferred)
-        out.graph.CopyFrom(save_graph(model.graph, types, regenerate=True, exact=exact))
+    pinned = pinned_types(model.graph)
+    known_types = {**model.value_types, **pinned}
+    # ORT's Resolve re-infers every type after the rewrites: infer on the rewritten graph (with its weights' dims,
+    # not their data), then save it with those types
+    fresh = _infer_types(_current_inference_model(out, model.graph, known_types, set(pinned)), owned=True)
+    types = dict(fresh)
+    exact: set[str] = set(pinned)
+    g = model.graph
+    declared = {v.name: v.type for v in (*g.outputs, *g.value_info) if v.HasField("type")}
+    for name, known in known_types.items():
+        inferred = fresh.get(name)
+        # a pinned type is the NodeArg's type as a pass set it: the declared type no longer refines it
+        refines = name in declared and name not in pinned
+        existing = _merge_type(declared[name], known) if refines else known
+        gen = g.production_generation(name)
+        if gen is not None and existing is not None and inferred is not None and _conflict(existing, inferred):
+            # the Resolve after the pass that re-produced the value merged leniently; a later one refills
+            types[name] = inferred if gen + 1 < g.resolves else _lenient_merge(existing, inferred)
+            exact.add(name)
+        else:
+            types[name] = _fill_unknown(known, inferred)
+    _fill_graph(out.graph, model.graph, types, regenerate=True, exact=exact, initializers=False)
+    return out, _saved_initializers(model.graph, regenerate=True)
+
+
+def _current_inference_model(
+    header: onnx.ModelProto, graph: Graph, types: dict[str, onnx.TypeProto], exact: Collection[str] = ()
+) -> onnx.ModelProto:
+    """The ModelProto :func:`_infer_types` is given for the model whose main graph is ``graph`` as it stands:
+    ``header``'s fields, the graph regenerated with ``types``, its initializers as :func:`_inference_tensor` gives
+    them."""
+    out = onnx.ModelProto()
+    _copy_fields(out, header, skip="graph")
+    _fill_graph(out.graph, graph, types, regenerate=True, exact=exact, initializers=False)
+    out.graph.initializer.extend(_inference_tensor(t) for t in _saved_initializers(graph, regenerate=True))
     return out
 
 
@@ -495,11 +913,10 @@ def infer_current_types(graph: Graph) -> dict[str, onnx.TypeProto]:
     root = graph
     while root.parent is not None:
         root = root.parent
-    proto = onnx.ModelProto(ir_version=root.ir_version)
+    header = onnx.ModelProto(ir_version=root.ir_version)
     for domain, version in sorted(root.opsets.items()):
-        proto.opset_import.append(onnx.helper.make_opsetid(domain, version))
-    proto.graph.CopyFrom(save_graph(root, {}, regenerate=True))
-    return _infer_types(proto)
+        header.opset_import.append(onnx.helper.make_opsetid(domain, version))
+    return _infer_types(_current_inference_model(header, root, {}), owned=True)
 
 
 def pinned_types(graph: Graph) -> dict[str, onnx.TypeProto]:
@@ -632,9 +1049,24 @@ def save_graph(
 
     ``exact`` names values whose type in ``value_types`` is final (a declared type no longer refines it).
     """
+    gp = onnx.GraphProto()
+    _fill_graph(gp, graph, value_types, regenerate=regenerate, exact=exact)
+    return gp
+
+
+def _fill_graph(
+    gp: onnx.GraphProto,
+    graph: Graph,
+    value_types: dict[str, onnx.TypeProto] | None = None,
+    *,
+    regenerate: bool | None = None,
+    exact: Collection[str] = (),
+    initializers: bool = True,
+) -> None:
+    """:func:`save_graph` into the empty ``gp`` (each initializer is copied once, into its place in the saved model);
+    without ``initializers``, the graph's own are left out (its subgraphs' are not)."""
     types = value_types or {}
     regen = any_modified(graph) if regenerate is None else regenerate
-    gp = onnx.GraphProto()
     gp.name = graph.name
     if regen or graph.doc_string_present:
         gp.doc_string = graph.doc_string
@@ -657,12 +1089,18 @@ def save_graph(
                 gp.value_info.append(_outer_value_info(graph, name, types))
         for node in graph.topological_order():
             gp.node.append(node_to_proto(node, types, regenerate=True, exact=exact))
-    for name in graph.initializer_names(verbatim=not regen):
+    if initializers:
+        gp.initializer.extend(_saved_initializers(graph, regenerate=regen))
+    gp.sparse_initializer.extend(graph.sparse_initializers)
+
+
+def _saved_initializers(graph: Graph, *, regenerate: bool) -> list[onnx.TensorProto]:
+    out = []
+    for name in graph.initializer_names(verbatim=not regenerate):
         tensor = graph.initializer(name)
         assert tensor is not None
-        gp.initializer.append(tensor)
-    gp.sparse_initializer.extend(graph.sparse_initializers)
-    return gp
+        out.append(tensor)
+    return out
 
 
 def _still_used(graph: Graph, name: str) -> bool:
@@ -798,8 +1236,8 @@ def _with_subgraphs(
     for attr in attrs:
         if attr.type == onnx.AttributeProto.GRAPH and attr.name in node.subgraphs:
             fresh = onnx.AttributeProto()
-            fresh.CopyFrom(attr)
-            fresh.g.CopyFrom(save_graph(node.subgraphs[attr.name], types, regenerate=regenerate, exact=exact))
+            _copy_except(fresh, attr, "g")
+            _fill_graph(fresh.g, node.subgraphs[attr.name], types, regenerate=regenerate, exact=exact)
             out.append(fresh)
         else:
             out.append(attr)
