@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from collections.abc import Iterable, Mapping
@@ -11,7 +12,7 @@ import onnx
 
 from qdqopt.config import SessionConfig
 from qdqopt.errors import UsageError
-from qdqopt.graph import load_model, save_model
+from qdqopt.graph import Model, load_model, save_model
 from qdqopt.levels import Level, parse_level
 from qdqopt.manager import PipelineResult, Snapshot, run_pipeline
 from qdqopt.passes.base import Unsupported
@@ -29,11 +30,17 @@ ConfigSource = Mapping[str, object] | Iterable[str] | None
 class OptimizeResult:
     """The optimized model with the trace of the run that made it."""
 
-    model: onnx.ModelProto
+    #: the optimized graph as qdqopt holds it (:func:`qdqopt.graph.model.write_model` writes it without a copy)
+    loaded: Model
     level: Level
     pipeline: PipelineResult
     config: SessionConfig
     disabled: tuple[str, ...]
+
+    @functools.cached_property
+    def model(self) -> onnx.ModelProto:
+        """The ModelProto ORT would write (made on first use: it holds its own copy of the weights)."""
+        return save_model(self.loaded)
 
     @property
     def unimplemented(self) -> list[str]:
@@ -103,7 +110,7 @@ def run(
             unsupported[skipped.name] = skipped.reason
             continue
         pipeline.unsupported = unsupported
-        return OptimizeResult(save_model(loaded), lvl, pipeline, cfg, names)
+        return OptimizeResult(loaded, lvl, pipeline, cfg, names)
 
 
 def optimize(

@@ -45,12 +45,13 @@ from qdqopt.api import run
 from qdqopt.compare import ISOLATION, compare_level, run_paired
 from qdqopt.config import SessionConfig
 from qdqopt.errors import QdqoptError, UsageError
-from qdqopt.graph.model import read_model_proto
+from qdqopt.graph import Model
+from qdqopt.graph.model import read_model_proto, write_model
 from qdqopt.levels import Level, parse_level
 from qdqopt.manager import PipelineResult
 from qdqopt.passes import GraphTransformer
 from qdqopt.plugins import installed_plugins, resolve_plugins
-from qdqopt.reference import ReferenceRun, check_accepted
+from qdqopt.reference import ReferenceRun, check_accepted_in_child
 from qdqopt.registry import RULES, TRANSFORMERS, Plugin, registered_passes, with_plugins
 from qdqopt.target import Target
 
@@ -87,13 +88,22 @@ def _op_table(before: onnx.ModelProto, after: onnx.ModelProto) -> list[str]:
     return lines
 
 
-def _write_atomic(model: onnx.ModelProto, path: Path) -> None:
+def _write_atomic(model: onnx.ModelProto | Model, path: Path) -> None:
+    """Write the model to a temporary file beside ``path``, then rename it over ``path`` (readers never see half a
+    file), with the mode a new file gets under the umask (``mkstemp`` makes it 0600). A :class:`Model` is written
+    without making its ModelProto (:func:`write_model`: one initializer at a time)."""
     path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(model.SerializeToString())
+            if isinstance(model, Model):
+                write_model(model, handle)
+            else:
+                handle.write(model.SerializeToString())
         Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -106,13 +116,14 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if source.exists() and out.exists() and source.resolve() == out.resolve():
         raise QdqoptError(f"{out}: refusing to overwrite the input model")
-    before, _ = read_model_proto(source)
-    check_accepted(source)
+    before, _ = read_model_proto(source, initializers=False)  # for the op table: the weights are not needed
+    check_accepted_in_child(source)
     plugins = _plugins(args)
     result = run(source, args.level, disabled=args.disable or (), config=_config(args.config), plugins=plugins)
-    _write_atomic(result.model, out)
+    _write_atomic(result.loaded, out)
+    after, _ = read_model_proto(out, initializers=False)
     print(f"qdqopt {__version__}: {source} -> {out} at {result.level.ort_name}")
-    print("\n".join(_op_table(before, result.model)))
+    print("\n".join(_op_table(before, after)))
     fired = [e for e in result.pipeline.trace if e.modified]
     print(f"passes that modified the graph: {', '.join(dict.fromkeys(e.name for e in fired)) or 'none'}")
     if result.plugins:

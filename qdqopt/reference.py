@@ -38,6 +38,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -250,3 +252,32 @@ def run_reference(
 def check_accepted(model: str | os.PathLike[str] | onnx.ModelProto) -> None:
     """Raise :class:`ReferenceError` if ORT's CPU EP cannot create a session for the model at all."""
     run_reference(model, Level.DISABLE_ALL, config={"session.disable_quant_qdq": "1"}, capture_log=False)
+
+
+_CHILD_CHECK = """
+import sys
+from qdqopt.errors import QdqoptError
+from qdqopt.reference import check_accepted
+try:
+    check_accepted(sys.argv[1])
+except QdqoptError as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(3)
+"""
+
+
+def check_accepted_in_child(path: str | os.PathLike[str]) -> None:
+    """:func:`check_accepted` in a child process: ORT's C++ can crash on a model it should reject (a signal then ends
+    only the child, and is reported as ORT's crash), and the memory the session takes goes with the child."""
+    package_root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD_CHECK, os.fspath(path)], capture_output=True, text=True, env=env, check=False
+    )
+    if proc.returncode == 0:
+        return
+    if proc.returncode < 0:
+        raise ReferenceError(f"ONNX Runtime crashed (signal {-proc.returncode}) creating a session for {path}")
+    lines = proc.stderr.strip().splitlines()
+    raise ReferenceError(lines[-1] if proc.returncode == 3 and lines else f"ORT's check failed: {lines[-1:]}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ import numpy as np
 import onnx
 import pytest
 
+from qdqopt.api import optimize
 from qdqopt.cli import example_model, main
 from qdqopt.levels import PASSES
 from qdqopt.passes import TRANSFORMERS
@@ -326,3 +329,25 @@ def test_trace_ort_without_a_pass(monkeypatch: pytest.MonkeyPatch, capsys: pytes
     assert main(["trace", str(CNN), "-l", "layout", "--ort", "--isolate"]) == 0
     out = capsys.readouterr().out
     assert ISOLATION_TAIL in out and "identical" in out
+
+
+def test_optimize_output_takes_the_umask_mode(tmp_path: Path) -> None:
+    """The output is written atomically (a temporary file renamed) and gets the mode a new file gets, not 0600."""
+    out = tmp_path / "o.onnx"
+    old = os.umask(0o027)
+    try:
+        assert main(["optimize", str(example_model()), "-o", str(out), "--level", "basic"]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
+    assert out.read_bytes() == optimize(example_model(), "basic").SerializeToString()  # streamed = save_model's
+
+
+def test_ort_check_runs_in_a_child_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash inside ORT's C++ while checking the input ends only the child: one error line, exit 2."""
+    import qdqopt.reference as reference
+
+    monkeypatch.setattr(reference, "_CHILD_CHECK", "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    out = tmp_path / "o.onnx"
+    assert main(["optimize", str(example_model()), "-o", str(out)]) == 2
+    assert not out.exists()
