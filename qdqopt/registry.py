@@ -50,6 +50,7 @@ from qdqopt.passes.ensure_unique_dq import EnsureUniqueDQForNodeUnit
 from qdqopt.passes.free_dimension_override import FreeDimensionOverrideTransformer
 from qdqopt.passes.fuse_initializers import FuseFp16InitializerToFp32NodeTransformer
 from qdqopt.passes.gather_fusion import GatherSliceToSplitFusion, GatherToSliceFusion
+from qdqopt.passes.gelu_fusion import GeluFusionL1, GeluFusionL2
 from qdqopt.passes.gemm_activation_fusion import GemmActivationFusion
 from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCastTransformer
 from qdqopt.passes.matmul_add_fusion import MatMulAddFusion
@@ -269,7 +270,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("ReshapeFusion", "L1", ReshapeFusion),
     PassSpec("FreeDimensionOverrideTransformer", "L1", FreeDimensionOverrideTransformer),
     PassSpec("SliceConcatToSpaceToDepthFusion", "L1", None),
-    PassSpec("GeluFusionL1", "L1", None, "GeluFusion"),
+    PassSpec("GeluFusionL1", "L1", GeluFusionL1, "GeluFusion"),
     PassSpec("LayerNormFusionL1", "L1", None, "LayerNormFusion"),
     PassSpec("QDQPropagationTransformer", "L1", QDQPropagationTransformer, gate=_qdq, gate_text=_QDQ_TEXT, qdq="Q"),
     PassSpec("WeightBiasQuantization", "L1", WeightBiasQuantization, gate=_qdq, gate_text=_QDQ_TEXT, qdq="Q"),
@@ -292,7 +293,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("MatMulIntegerToFloatFusion", "L2", MatMulIntegerToFloatFusion, eps=_CPU),
     PassSpec("DynamicQuantizeMatMulFusion", "L2", DynamicQuantizeMatMulFusion, eps=_CPU),
     PassSpec("ConvActivationFusion", "L2", ConvActivationFusion, eps=_CPU, qdq="q"),
-    PassSpec("GeluFusionL2", "L2", None, "GeluFusion", eps=_CPU),
+    PassSpec("GeluFusionL2", "L2", GeluFusionL2, "GeluFusion", eps=_CPU),
     PassSpec("LayerNormFusionL2", "L2", None, "LayerNormFusion", eps=_CPU),
     PassSpec("SimplifiedLayerNormFusion", "L2", None, eps=_CPU),
     PassSpec("AttentionFusion", "L2", None, eps=_CPU),
