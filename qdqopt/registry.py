@@ -39,6 +39,7 @@ from qdqopt.levels import LEVEL_STAGES, REQUIRED_STAGES, STAGES, Level, level_st
 from qdqopt.passes import rules_level1 as r1
 from qdqopt.passes import rules_level2 as r2
 from qdqopt.passes.base import GraphTransformer, RewriteRule
+from qdqopt.passes.bias_gelu_fusion import BiasGeluFusion
 from qdqopt.passes.constant_folding import ConstantFolding
 from qdqopt.passes.constant_sharing import ConstantSharing
 from qdqopt.passes.conv_activation_fusion import ConvActivationFusion
@@ -47,6 +48,7 @@ from qdqopt.passes.cse import CommonSubexpressionElimination
 from qdqopt.passes.double_qdq import DoubleQDQPairsRemover
 from qdqopt.passes.dynamic_quantize_matmul import DynamicQuantizeMatMulFusion
 from qdqopt.passes.ensure_unique_dq import EnsureUniqueDQForNodeUnit
+from qdqopt.passes.fast_gelu_fusion import FastGeluFusion
 from qdqopt.passes.free_dimension_override import FreeDimensionOverrideTransformer
 from qdqopt.passes.fuse_initializers import FuseFp16InitializerToFp32NodeTransformer
 from qdqopt.passes.gather_fusion import GatherSliceToSplitFusion, GatherToSliceFusion
@@ -65,6 +67,7 @@ from qdqopt.passes.qdq_final_cleanup import QDQFinalCleanupTransformer
 from qdqopt.passes.qdq_propagation import QDQPropagationTransformer
 from qdqopt.passes.qdq_s8_to_u8 import QDQS8ToU8Transformer
 from qdqopt.passes.qdq_selector_action import QDQSelectorActionTransformer
+from qdqopt.passes.quick_gelu_fusion import QuickGeluFusion
 from qdqopt.passes.reshape_fusion import ReshapeFusion
 from qdqopt.passes.transpose_optimizer import TransposeOptimizer, TransposeOptimizerCPU
 from qdqopt.passes.weight_bias_quantization import WeightBiasQuantization
@@ -301,13 +304,13 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("GatherSliceToSplitFusion", "L2", GatherSliceToSplitFusion, eps=_CPU),
     PassSpec("GatherToSliceFusion", "L2", GatherToSliceFusion, eps=_CPU),
     PassSpec("MatmulTransposeFusion", "L2", MatmulTransposeFusion, eps=_CPU),
-    PassSpec("BiasGeluFusion", "L2", None, eps=_CPU),
+    PassSpec("BiasGeluFusion", "L2", BiasGeluFusion, eps=_CPU),
     PassSpec("GroupQueryAttentionFusion", "L2", None, eps=("CUDAExecutionProvider",)),
     PassSpec("MatMulAddFusion", "L2", MatMulAddFusion, qdq="q"),  # registered for any EP
     PassSpec("SkipLayerNormFusion", "L2", None, eps=_CPU),
     PassSpec("BiasSkipLayerNormFusion", "L2", None, eps=_CPU),
-    PassSpec("FastGeluFusion", "L2", None, eps=_CPU),
-    PassSpec("QuickGeluFusion", "L2", None, eps=_CPU),
+    PassSpec("FastGeluFusion", "L2", FastGeluFusion, eps=_CPU),
+    PassSpec("QuickGeluFusion", "L2", QuickGeluFusion, eps=_CPU),
     PassSpec("SwiGluFusion", "L2", None, eps=_CPU),
     PassSpec("BiasSoftmaxFusion", "L2", None, eps=_CPU),
     PassSpec("BiasDropoutFusion", "L2", None, eps=("CUDAExecutionProvider",)),
