@@ -21,10 +21,12 @@ Rules (ORT 1.32):
 * formula 2 starts at a Pow (7, 12, 13, 15) on a compatible EP with one output edge and float inputs whose exponent
   is a constant scalar 3; then a checked Mul by a constant scalar 0.044714998453855515, a checked Add reading x
   (the Pow's input 0), a checked Mul by a constant scalar 0.7978845834732056. If the Pow's first producer is a Cast,
-  that Cast (9, 13, 19, 21, 23, 24, 25: 21, 23 and 25 observed on 1.32; checked, any number of edges) must have
+  that Cast (9, 13, 19, as read; not observable on the CPU EP, see below; checked, any number of edges) must have
   exactly two output edges, its first Pow child the Pow and its first Add child the Add; the final Mul's first Cast
   producer (checked) is then fused too, and the half Mul is that Cast's first Mul producer, reading the first Cast's
-  input;
+  input. On the CPU EP this branch never fuses: a float-to-float Cast is gone after Level1's CastElimination, and
+  from any other type the half Mul reads a non-float x, so it fails the float-only type check (or is not on the CPU
+  EP at all);
 * then a checked Tanh (6, 13), a checked Add whose other input is a constant scalar 1, and the final Mul (7, 13, 14,
   checked but with any number of output edges: the graph output check makes a pattern whose result is a graph
   output unfusable); its other input comes from a Mul (checked, any edges) reading a constant scalar 0.5 and x;
@@ -62,7 +64,7 @@ __all__ = ["FastGeluFusion"]
 MS_DOMAIN = "com.microsoft"
 CPU = "CPUExecutionProvider"
 _BINARY = (7, 13, 14)
-_CAST = (9, 13, 19, 21, 23, 24, 25)
+_CAST = (9, 13, 19)
 _CPU_TYPES = ("tensor(float)",)
 _OTHER_TYPES = ("tensor(float16)", "tensor(float)", "tensor(bfloat16)")
 
