@@ -39,6 +39,7 @@ from qdqopt.levels import LEVEL_STAGES, REQUIRED_STAGES, STAGES, Level, level_st
 from qdqopt.passes import rules_level1 as r1
 from qdqopt.passes import rules_level2 as r2
 from qdqopt.passes.base import GraphTransformer, RewriteRule
+from qdqopt.passes.bias_gelu_fusion import BiasGeluFusion
 from qdqopt.passes.constant_folding import ConstantFolding
 from qdqopt.passes.constant_sharing import ConstantSharing
 from qdqopt.passes.conv_activation_fusion import ConvActivationFusion
@@ -47,9 +48,11 @@ from qdqopt.passes.cse import CommonSubexpressionElimination
 from qdqopt.passes.double_qdq import DoubleQDQPairsRemover
 from qdqopt.passes.dynamic_quantize_matmul import DynamicQuantizeMatMulFusion
 from qdqopt.passes.ensure_unique_dq import EnsureUniqueDQForNodeUnit
+from qdqopt.passes.fast_gelu_fusion import FastGeluFusion
 from qdqopt.passes.free_dimension_override import FreeDimensionOverrideTransformer
 from qdqopt.passes.fuse_initializers import FuseFp16InitializerToFp32NodeTransformer
 from qdqopt.passes.gather_fusion import GatherSliceToSplitFusion, GatherToSliceFusion
+from qdqopt.passes.gelu_fusion import GeluFusionL1, GeluFusionL2
 from qdqopt.passes.gemm_activation_fusion import GemmActivationFusion
 from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCastTransformer
 from qdqopt.passes.matmul_add_fusion import MatMulAddFusion
@@ -64,6 +67,7 @@ from qdqopt.passes.qdq_final_cleanup import QDQFinalCleanupTransformer
 from qdqopt.passes.qdq_propagation import QDQPropagationTransformer
 from qdqopt.passes.qdq_s8_to_u8 import QDQS8ToU8Transformer
 from qdqopt.passes.qdq_selector_action import QDQSelectorActionTransformer
+from qdqopt.passes.quick_gelu_fusion import QuickGeluFusion
 from qdqopt.passes.reshape_fusion import ReshapeFusion
 from qdqopt.passes.transpose_optimizer import TransposeOptimizer, TransposeOptimizerCPU
 from qdqopt.passes.weight_bias_quantization import WeightBiasQuantization
@@ -269,7 +273,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("ReshapeFusion", "L1", ReshapeFusion),
     PassSpec("FreeDimensionOverrideTransformer", "L1", FreeDimensionOverrideTransformer),
     PassSpec("SliceConcatToSpaceToDepthFusion", "L1", None),
-    PassSpec("GeluFusionL1", "L1", None, "GeluFusion"),
+    PassSpec("GeluFusionL1", "L1", GeluFusionL1, "GeluFusion"),
     PassSpec("LayerNormFusionL1", "L1", None, "LayerNormFusion"),
     PassSpec("QDQPropagationTransformer", "L1", QDQPropagationTransformer, gate=_qdq, gate_text=_QDQ_TEXT, qdq="Q"),
     PassSpec("WeightBiasQuantization", "L1", WeightBiasQuantization, gate=_qdq, gate_text=_QDQ_TEXT, qdq="Q"),
@@ -292,7 +296,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("MatMulIntegerToFloatFusion", "L2", MatMulIntegerToFloatFusion, eps=_CPU),
     PassSpec("DynamicQuantizeMatMulFusion", "L2", DynamicQuantizeMatMulFusion, eps=_CPU),
     PassSpec("ConvActivationFusion", "L2", ConvActivationFusion, eps=_CPU, qdq="q"),
-    PassSpec("GeluFusionL2", "L2", None, "GeluFusion", eps=_CPU),
+    PassSpec("GeluFusionL2", "L2", GeluFusionL2, "GeluFusion", eps=_CPU),
     PassSpec("LayerNormFusionL2", "L2", None, "LayerNormFusion", eps=_CPU),
     PassSpec("SimplifiedLayerNormFusion", "L2", None, eps=_CPU),
     PassSpec("AttentionFusion", "L2", None, eps=_CPU),
@@ -300,13 +304,13 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("GatherSliceToSplitFusion", "L2", GatherSliceToSplitFusion, eps=_CPU),
     PassSpec("GatherToSliceFusion", "L2", GatherToSliceFusion, eps=_CPU),
     PassSpec("MatmulTransposeFusion", "L2", MatmulTransposeFusion, eps=_CPU),
-    PassSpec("BiasGeluFusion", "L2", None, eps=_CPU),
+    PassSpec("BiasGeluFusion", "L2", BiasGeluFusion, eps=_CPU),
     PassSpec("GroupQueryAttentionFusion", "L2", None, eps=("CUDAExecutionProvider",)),
     PassSpec("MatMulAddFusion", "L2", MatMulAddFusion, qdq="q"),  # registered for any EP
     PassSpec("SkipLayerNormFusion", "L2", None, eps=_CPU),
     PassSpec("BiasSkipLayerNormFusion", "L2", None, eps=_CPU),
-    PassSpec("FastGeluFusion", "L2", None, eps=_CPU),
-    PassSpec("QuickGeluFusion", "L2", None, eps=_CPU),
+    PassSpec("FastGeluFusion", "L2", FastGeluFusion, eps=_CPU),
+    PassSpec("QuickGeluFusion", "L2", QuickGeluFusion, eps=_CPU),
     PassSpec("SwiGluFusion", "L2", None, eps=_CPU),
     PassSpec("BiasSoftmaxFusion", "L2", None, eps=_CPU),
     PassSpec("BiasDropoutFusion", "L2", None, eps=("CUDAExecutionProvider",)),

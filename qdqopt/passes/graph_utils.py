@@ -56,6 +56,8 @@ __all__ = [
     "finalize_node_fusion",
     "finalize_nodes_fusion",
     "find_path",
+    "first_child_by_type",
+    "first_parent_by_type",
     "initializer_map_order",
     "input_edge_count",
     "input_node",
@@ -168,6 +170,24 @@ def input_node(graph: Graph, node: Node, arg_index: int) -> Node | None:
     for edge in graph.input_edges(node):
         if edge.dst_slot == arg_index:
             return graph.node(edge.src)
+    return None
+
+
+def first_parent_by_type(graph: Graph, node: Node, op_type: str) -> Node | None:
+    """``graph_utils::FirstParentByType``: the first producer over the input edges (``EdgeEndCompare`` order)."""
+    for edge in graph.input_edges(node):
+        parent = graph.node(edge.src)
+        if parent is not None and parent.op_type == op_type:
+            return parent
+    return None
+
+
+def first_child_by_type(graph: Graph, node: Node, op_type: str) -> Node | None:
+    """``graph_utils::FirstChildByType``: the first consumer over the output edges (``EdgeEndCompare`` order)."""
+    for edge in graph.output_edges(node):
+        child = graph.node(edge.dst)
+        if child is not None and child.op_type == op_type:
+            return child
     return None
 
 

@@ -9,7 +9,8 @@ Besides ``MatchQNode``/``MatchDQNode`` this module holds what several passes ask
   pass starts (the previous modifying pass ended with ``Resolve``); qdqopt infers lazily, once per pass
   application, the first time a pass needs a type it does not know. A NodeArg a pass creates is untyped until the
   end of that pass, as in ORT (``GetOrCreateNodeArg(name, nullptr)``);
-* ``optimizer_utils::IsScalar`` (rank 0, or rank 1 with the one dim equal to 1);
+* ``optimizer_utils::IsScalar`` (rank 0, or rank 1 with the one dim equal to 1),
+  ``IsInitializerWithExpectedValue`` (float form), ``IndexOfNodeInput`` and ``IsSupportedDataType``;
 * ``QOrDQNodeHasConstantScalarScaleAndZeroPoint``, ``IsDQSupported``, ``IsQDQPairSupported`` (both nodes have all
   3 inputs; scales and zero points are constant scalars of equal types; the zero points have equal bytes and the
   scales equal values; different initializer names with equal values pass) and
@@ -36,12 +37,15 @@ __all__ = [
     "constant_initializer",
     "dims_equal",
     "has_constant_scalar_scale_and_zp",
+    "index_of_node_input",
     "is_dq",
     "is_dq_supported",
+    "is_initializer_with_expected_value",
     "is_q",
     "is_q_or_dq_scale_positive_constant_scalar",
     "is_qdq_pair_supported",
     "is_scalar_arg",
+    "is_supported_data_type",
     "is_supported_op",
     "produces_graph_output",
     "q_zero_point_type",
@@ -204,6 +208,76 @@ def is_scalar_arg(graph: Graph, name: str, types: ValueTypes | None = None) -> b
     if shape is None:
         return False
     return len(shape) == 0 or (len(shape) == 1 and shape[0].HasField("dim_value") and shape[0].dim_value == 1)
+
+
+_ATOL = np.float32(1e-8)
+_RTOL = np.float32(1e-5)
+
+
+def is_initializer_with_expected_value(
+    graph: Graph, name: str, expected: float, types: ValueTypes | None = None, *, is_constant: bool = True
+) -> bool:
+    """``optimizer_utils::IsInitializerWithExpectedValue`` (float ``expected``): a scalar NodeArg (``IsScalar``)
+    that is a constant initializer (outer scopes included; any initializer of this graph when not ``is_constant``)
+    of type float, double or float16 whose first value is within ``1e-8 + 1e-5 * |expected|`` of ``expected``:
+    in float arithmetic (an infinity equals an infinity of the same sign; NaN nothing); for double in double
+    arithmetic (NaN and infinities never); for float16 against ``expected`` rounded to float16 (NaN and infinities
+    never). Other types never match."""
+    if not name or not is_scalar_arg(graph, name, types):
+        return False
+    tensor = constant_initializer(graph, name) if is_constant else graph.initializer(name)
+    if tensor is None:
+        return False
+    array = constant_array(graph, name) if is_constant else graph.array(name)
+    if array is None:
+        return False
+    value = array.reshape(-1)[0]
+    want = np.float32(expected)
+    with np.errstate(over="ignore", invalid="ignore"):
+        tol = _ATOL + _RTOL * np.abs(want)
+        if tensor.data_type == onnx.TensorProto.FLOAT:
+            got = np.float32(value)
+            if np.isnan(got) or np.isinf(got):
+                return bool(np.isinf(got) and np.isinf(want) and np.signbit(got) == np.signbit(want))
+            return not bool(np.abs(got - want) > tol)
+        if tensor.data_type == onnx.TensorProto.DOUBLE:
+            got64 = float(value)
+            if not np.isfinite(got64):
+                return False
+            return not abs(got64 - float(want)) > float(_ATOL) + float(_RTOL) * float(np.abs(want))
+        if tensor.data_type == onnx.TensorProto.FLOAT16:
+            half = np.float32(np.float16(value))
+            if not np.isfinite(half):
+                return False
+            return not bool(np.abs(half - np.float32(np.float16(want))) > tol)
+    return False
+
+
+def index_of_node_input(node: Node, name: str) -> int:
+    """``optimizer_utils::IndexOfNodeInput``: the first input slot reading ``name``, or -1."""
+    for slot, value in enumerate(node.inputs):
+        if value == name:
+            return slot
+    return -1
+
+
+#: ``DataTypeImpl::ToString`` names of tensor element types, for :func:`is_supported_data_type`
+TENSOR_TYPE_NAMES: dict[int, str] = {
+    onnx.TensorProto.FLOAT: "tensor(float)",
+    onnx.TensorProto.FLOAT16: "tensor(float16)",
+    onnx.TensorProto.DOUBLE: "tensor(double)",
+    onnx.TensorProto.BFLOAT16: "tensor(bfloat16)",
+}
+
+
+def is_supported_data_type(node: Node, types: ValueTypes, supported: tuple[str, ...]) -> bool:
+    """``optimizer_utils::IsSupportedDataType``: the type of every input def of ``node`` is one of ``supported``
+    (``tensor(float)``, ...); an input of unknown type is not."""
+    for value in node.inputs:
+        elem = types.elem_type(value)
+        if elem is None or TENSOR_TYPE_NAMES.get(elem) not in supported:
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------- QDQ predicates
