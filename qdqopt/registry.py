@@ -52,6 +52,7 @@ from qdqopt.passes.fuse_initializers import FuseFp16InitializerToFp32NodeTransfo
 from qdqopt.passes.gather_fusion import GatherSliceToSplitFusion, GatherToSliceFusion
 from qdqopt.passes.gemm_activation_fusion import GemmActivationFusion
 from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCastTransformer
+from qdqopt.passes.layer_norm_fusion import LayerNormFusionL1, LayerNormFusionL2, SimplifiedLayerNormFusion
 from qdqopt.passes.matmul_add_fusion import MatMulAddFusion
 from qdqopt.passes.matmul_integer_to_float import MatMulIntegerToFloatFusion
 from qdqopt.passes.matmul_nbits_fusion import MatMulNBitsFusion
@@ -270,7 +271,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("FreeDimensionOverrideTransformer", "L1", FreeDimensionOverrideTransformer),
     PassSpec("SliceConcatToSpaceToDepthFusion", "L1", None),
     PassSpec("GeluFusionL1", "L1", None, "GeluFusion"),
-    PassSpec("LayerNormFusionL1", "L1", None, "LayerNormFusion"),
+    PassSpec("LayerNormFusionL1", "L1", LayerNormFusionL1, "LayerNormFusion"),
     PassSpec("QDQPropagationTransformer", "L1", QDQPropagationTransformer, gate=_qdq, gate_text=_QDQ_TEXT, qdq="Q"),
     PassSpec("WeightBiasQuantization", "L1", WeightBiasQuantization, gate=_qdq, gate_text=_QDQ_TEXT, qdq="Q"),
     PassSpec("EnsureUniqueDQForNodeUnit", "L1", EnsureUniqueDQForNodeUnit, gate=_qdq, gate_text=_QDQ_TEXT, qdq="Q"),
@@ -293,8 +294,8 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("DynamicQuantizeMatMulFusion", "L2", DynamicQuantizeMatMulFusion, eps=_CPU),
     PassSpec("ConvActivationFusion", "L2", ConvActivationFusion, eps=_CPU, qdq="q"),
     PassSpec("GeluFusionL2", "L2", None, "GeluFusion", eps=_CPU),
-    PassSpec("LayerNormFusionL2", "L2", None, "LayerNormFusion", eps=_CPU),
-    PassSpec("SimplifiedLayerNormFusion", "L2", None, eps=_CPU),
+    PassSpec("LayerNormFusionL2", "L2", LayerNormFusionL2, "LayerNormFusion", eps=_CPU),
+    PassSpec("SimplifiedLayerNormFusion", "L2", SimplifiedLayerNormFusion, eps=_CPU),
     PassSpec("AttentionFusion", "L2", None, eps=_CPU),
     PassSpec("EmbedLayerNormFusion", "L2", None, eps=_CPU),
     PassSpec("GatherSliceToSplitFusion", "L2", GatherSliceToSplitFusion, eps=_CPU),

@@ -36,30 +36,18 @@ import onnx
 
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import check_output_edges, is_constant, is_supported_op
+from qdqopt.passes.graph_utils import (
+    check_output_edges,
+    first_child_by_type,
+    first_parent_by_type,
+    is_constant,
+    is_supported_op,
+)
 from qdqopt.passes.qdq_util import ValueTypes
 
 __all__ = ["MatMulIntegerToFloatFusion"]
 
 _DML = "DmlExecutionProvider"
-
-
-def first_parent_by_type(graph: Graph, node: Node, op_type: str) -> Node | None:
-    """``graph_utils::FirstParentByType``: the first producer over the input edges (``EdgeEndCompare`` order)."""
-    for edge in graph.input_edges(node):
-        parent = graph.node(edge.src)
-        if parent is not None and parent.op_type == op_type:
-            return parent
-    return None
-
-
-def first_child_by_type(graph: Graph, node: Node, op_type: str) -> Node | None:
-    """``graph_utils::FirstChildByType``: the first consumer over the output edges (``EdgeEndCompare`` order)."""
-    for edge in graph.output_edges(node):
-        child = graph.node(edge.dst)
-        if child is not None and child.op_type == op_type:
-            return child
-    return None
 
 
 def _bias_shape_ok(shape: list[onnx.TensorShapeProto.Dimension] | None) -> bool:
