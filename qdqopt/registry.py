@@ -66,6 +66,7 @@ from qdqopt.passes.qdq_propagation import QDQPropagationTransformer
 from qdqopt.passes.qdq_s8_to_u8 import QDQS8ToU8Transformer
 from qdqopt.passes.qdq_selector_action import QDQSelectorActionTransformer
 from qdqopt.passes.reshape_fusion import ReshapeFusion
+from qdqopt.passes.skip_layer_norm_fusion import SkipLayerNormFusion
 from qdqopt.passes.transpose_optimizer import TransposeOptimizer, TransposeOptimizerCPU
 from qdqopt.passes.weight_bias_quantization import WeightBiasQuantization
 from qdqopt.passes.where_dummy_dq import WhereDummyDq
@@ -304,7 +305,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("BiasGeluFusion", "L2", None, eps=_CPU),
     PassSpec("GroupQueryAttentionFusion", "L2", None, eps=("CUDAExecutionProvider",)),
     PassSpec("MatMulAddFusion", "L2", MatMulAddFusion, qdq="q"),  # registered for any EP
-    PassSpec("SkipLayerNormFusion", "L2", None, eps=_CPU),
+    PassSpec("SkipLayerNormFusion", "L2", SkipLayerNormFusion, eps=_CPU),
     PassSpec("BiasSkipLayerNormFusion", "L2", None, eps=_CPU),
     PassSpec("FastGeluFusion", "L2", None, eps=_CPU),
     PassSpec("QuickGeluFusion", "L2", None, eps=_CPU),

@@ -1,7 +1,7 @@
 """LayerNormFusion (L1 and L2) and SimplifiedLayerNormFusion (``qdqopt/passes/layer_norm_fusion.py``) against ORT
 1.32, live.
 
-* Every ``layernorm/`` fixture but the SkipLayerNorm ones (SkipLayerNormFusion is not implemented), at BASIC,
+* Every ``layernorm/`` fixture but the SkipLayerNorm ones (``test_skip_layer_norm_fusion.py``), at BASIC,
   EXTENDED and ALL, both configs (default, ``session.qdqisint8allowed=1``), nothing disabled on either side: ORT's
   saved model at tier P or X and ORT's trace line for line. A model ORT cannot create a session for (a float16
   Cast before a LayerNormalization-17 that ORT fuses anyway) must fail in qdqopt too.
