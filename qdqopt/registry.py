@@ -55,6 +55,7 @@ from qdqopt.passes.gather_fusion import GatherSliceToSplitFusion, GatherToSliceF
 from qdqopt.passes.gelu_fusion import GeluFusionL1, GeluFusionL2
 from qdqopt.passes.gemm_activation_fusion import GemmActivationFusion
 from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCastTransformer
+from qdqopt.passes.layer_norm_fusion import LayerNormFusionL1, LayerNormFusionL2, SimplifiedLayerNormFusion
 from qdqopt.passes.matmul_add_fusion import MatMulAddFusion
 from qdqopt.passes.matmul_integer_to_float import MatMulIntegerToFloatFusion
 from qdqopt.passes.matmul_nbits_fusion import MatMulNBitsFusion
@@ -69,6 +70,7 @@ from qdqopt.passes.qdq_s8_to_u8 import QDQS8ToU8Transformer
 from qdqopt.passes.qdq_selector_action import QDQSelectorActionTransformer
 from qdqopt.passes.quick_gelu_fusion import QuickGeluFusion
 from qdqopt.passes.reshape_fusion import ReshapeFusion
+from qdqopt.passes.skip_layer_norm_fusion import SkipLayerNormFusion
 from qdqopt.passes.transpose_optimizer import TransposeOptimizer, TransposeOptimizerCPU
 from qdqopt.passes.weight_bias_quantization import WeightBiasQuantization
 from qdqopt.passes.where_dummy_dq import WhereDummyDq
@@ -274,7 +276,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("FreeDimensionOverrideTransformer", "L1", FreeDimensionOverrideTransformer),
     PassSpec("SliceConcatToSpaceToDepthFusion", "L1", None),
     PassSpec("GeluFusionL1", "L1", GeluFusionL1, "GeluFusion"),
-    PassSpec("LayerNormFusionL1", "L1", None, "LayerNormFusion"),
+    PassSpec("LayerNormFusionL1", "L1", LayerNormFusionL1, "LayerNormFusion"),
     PassSpec("QDQPropagationTransformer", "L1", QDQPropagationTransformer, gate=_qdq, gate_text=_QDQ_TEXT, qdq="Q"),
     PassSpec("WeightBiasQuantization", "L1", WeightBiasQuantization, gate=_qdq, gate_text=_QDQ_TEXT, qdq="Q"),
     PassSpec("EnsureUniqueDQForNodeUnit", "L1", EnsureUniqueDQForNodeUnit, gate=_qdq, gate_text=_QDQ_TEXT, qdq="Q"),
@@ -297,8 +299,8 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("DynamicQuantizeMatMulFusion", "L2", DynamicQuantizeMatMulFusion, eps=_CPU),
     PassSpec("ConvActivationFusion", "L2", ConvActivationFusion, eps=_CPU, qdq="q"),
     PassSpec("GeluFusionL2", "L2", GeluFusionL2, "GeluFusion", eps=_CPU),
-    PassSpec("LayerNormFusionL2", "L2", None, "LayerNormFusion", eps=_CPU),
-    PassSpec("SimplifiedLayerNormFusion", "L2", None, eps=_CPU),
+    PassSpec("LayerNormFusionL2", "L2", LayerNormFusionL2, "LayerNormFusion", eps=_CPU),
+    PassSpec("SimplifiedLayerNormFusion", "L2", SimplifiedLayerNormFusion, eps=_CPU),
     PassSpec("AttentionFusion", "L2", None, eps=_CPU),
     PassSpec("EmbedLayerNormFusion", "L2", None, eps=_CPU),
     PassSpec("GatherSliceToSplitFusion", "L2", GatherSliceToSplitFusion, eps=_CPU),
@@ -307,7 +309,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("BiasGeluFusion", "L2", BiasGeluFusion, eps=_CPU),
     PassSpec("GroupQueryAttentionFusion", "L2", None, eps=("CUDAExecutionProvider",)),
     PassSpec("MatMulAddFusion", "L2", MatMulAddFusion, qdq="q"),  # registered for any EP
-    PassSpec("SkipLayerNormFusion", "L2", None, eps=_CPU),
+    PassSpec("SkipLayerNormFusion", "L2", SkipLayerNormFusion, eps=_CPU),
     PassSpec("BiasSkipLayerNormFusion", "L2", None, eps=_CPU),
     PassSpec("FastGeluFusion", "L2", FastGeluFusion, eps=_CPU),
     PassSpec("QuickGeluFusion", "L2", QuickGeluFusion, eps=_CPU),

@@ -20,8 +20,9 @@ Rules (each function names its ORT counterpart):
   replacement), the fused nodes go.
 * Lookups: :func:`constant_initializer` (``GetConstantInitializer``, outer scopes included),
   :func:`is_supported_op` (``IsSupportedOptypeVersionAndDomain``: op, ``since_version`` and domain),
-  :func:`input_node` (``GetInputNode``), :func:`output_nodes` (``OutputNodesBegin..End``, one per output edge, in
-  ``EdgeEndCompare`` order).
+  :func:`input_node` (``GetInputNode``), :func:`first_parent_by_type` / :func:`first_child_by_type`
+  (``FirstParentByType`` / ``FirstChildByType``), :func:`output_nodes` (``OutputNodesBegin..End``, one per output
+  edge, in ``EdgeEndCompare`` order).
 * NodeArg types and shapes (:func:`value_shape`, :func:`value_elem_type`): an initializer's NodeArg has the
   tensor's dims; other values have the type ``Graph::Resolve`` infers: ONNX shape inference with constant
   initializer data and data propagation, run again only when a value without a type is asked for after the graph
@@ -165,14 +166,6 @@ def output_nodes(graph: Graph, node: Node) -> list[Node]:
     return out
 
 
-def input_node(graph: Graph, node: Node, arg_index: int) -> Node | None:
-    """``graph_utils::GetInputNode``: the producer feeding input ``arg_index`` through an edge, or None."""
-    for edge in graph.input_edges(node):
-        if edge.dst_slot == arg_index:
-            return graph.node(edge.src)
-    return None
-
-
 def first_parent_by_type(graph: Graph, node: Node, op_type: str) -> Node | None:
     """``graph_utils::FirstParentByType``: the first producer over the input edges (``EdgeEndCompare`` order)."""
     for edge in graph.input_edges(node):
@@ -188,6 +181,14 @@ def first_child_by_type(graph: Graph, node: Node, op_type: str) -> Node | None:
         child = graph.node(edge.dst)
         if child is not None and child.op_type == op_type:
             return child
+    return None
+
+
+def input_node(graph: Graph, node: Node, arg_index: int) -> Node | None:
+    """``graph_utils::GetInputNode``: the producer feeding input ``arg_index`` through an edge, or None."""
+    for edge in graph.input_edges(node):
+        if edge.dst_slot == arg_index:
+            return graph.node(edge.src)
     return None
 
 

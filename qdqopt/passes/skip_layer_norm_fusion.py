@@ -1,0 +1,166 @@
+"""SkipLayerNormFusion: ``Add (+ bias Add) -> LayerNormalization`` becomes com.microsoft SkipLayerNormalization
+(``skip_layer_norm_fusion.cc``, Level2, CPU EP)::
+
+    format 1: Add(Add(a, bias), b) -> LN       format 2: Add(a, Add(b, bias)) -> LN       format 3: Add(a, b) -> LN
+    after:    a, b, gamma, beta[, bias] -> SkipLayerNormalization (epsilon) -> the LN's outputs
+
+Rules (ORT 1.32):
+
+* every node in one topological snapshot, subgraphs first; a candidate is a LayerNormalization (1 or 17, ai.onnx
+  domain) on a compatible EP whose inputs are all float16, float or bfloat16;
+* formats tried in order 1, 2, 3 by the LN's input 0 edge (``FindPath``); the first Add (7, 13, 14) has the LN's
+  EP, supported types, one output edge, no graph output, and two 3-D inputs whose dims agree one by one (equal
+  ``dim_value``, or both the same ``dim_param``); the bias Add (formats 1 and 2) likewise one output edge and no
+  graph output, input 1 a constant of shape ``[C]`` and input 0 of rank 3 whose last dim is ``C``;
+* the LN's ``axis`` is not looked at (an LN over axis 1 is fused all the same: an ORT bug);
+* rewrite: inputs (a, b, gamma, beta or "", bias for formats 1 and 2), a Cast to float inserted before each input
+  whose type differs when the LN's output is float (``GenerateNodeName(<input>_Cast)`` writing
+  ``GenerateNodeArgName(<input>_Float)``); the node ``GenerateNodeName(SkipLayerNormalization)``, doc string
+  ``"fused SkipLayerNorm subgraphs "``, the LN's outputs, attribute ``epsilon`` (the LN's attribute as it is, else
+  1e-12), the LN's EP; the Adds and the LN go.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+from qdqopt.graph import Graph, Node
+from qdqopt.passes.base import GraphTransformer, PassContext
+from qdqopt.passes.graph_utils import (
+    EdgeToMatch,
+    find_path,
+    is_constant,
+    is_supported_op,
+    node_produces_graph_output,
+)
+from qdqopt.passes.qdq_util import ValueTypes
+
+__all__ = ["SkipLayerNormFusion"]
+
+_TP = onnx.TensorProto
+SUPPORTED_TYPES = (_TP.FLOAT16, _TP.FLOAT, _TP.BFLOAT16)
+DEFAULT_EPSILON = 1e-12
+_ADD = (7, 13, 14)
+FORMATS: tuple[tuple[EdgeToMatch, ...], ...] = (
+    (EdgeToMatch(0, 0, "Add", _ADD), EdgeToMatch(0, 0, "Add", _ADD)),
+    (EdgeToMatch(0, 0, "Add", _ADD), EdgeToMatch(0, 1, "Add", _ADD)),
+    (EdgeToMatch(0, 0, "Add", _ADD),),
+)
+
+
+def _supported(types: ValueTypes, node: Node) -> bool:
+    return all(types.elem_type(name) in SUPPORTED_TYPES for name in node.inputs)
+
+
+def _first_add_ok(graph: Graph, types: ValueTypes, add: Node, ep: str) -> bool:
+    """``CheckFirstAdd``: two 3-D inputs with matching dims."""
+    if add.ep != ep or not _supported(types, add) or len(graph.output_edges(add)) != 1:
+        return False
+    a, b = types.shape(add.inputs[0]), types.shape(add.inputs[1])
+    if a is None or b is None or len(a) != 3 or len(b) != 3:
+        return False
+    for da, db in zip(a, b, strict=True):
+        if da.HasField("dim_value") and db.HasField("dim_value") and da.dim_value == db.dim_value:
+            continue
+        if not (da.HasField("dim_param") and db.HasField("dim_param") and da.dim_param == db.dim_param):
+            return False
+    return True
+
+
+def _bias_add_ok(graph: Graph, types: ValueTypes, add: Node, ep: str) -> bool:
+    """``CheckSecondAdd``: input 1 a constant ``[C]``, input 0 of rank 3 ending in ``C``."""
+    if add.ep != ep or not _supported(types, add) or len(graph.output_edges(add)) != 1:
+        return False
+    if not is_constant(graph, add.inputs[1]):
+        return False
+    a, b = types.shape(add.inputs[0]), types.shape(add.inputs[1])
+    if a is None or b is None or len(a) != 3 or len(b) != 1:
+        return False
+    return a[2].HasField("dim_value") and b[0].HasField("dim_value") and a[2].dim_value == b[0].dim_value
+
+
+class SkipLayerNormFusion(GraphTransformer):
+    """Fuse the residual Add (and a bias Add) in front of a LayerNormalization into SkipLayerNormalization."""
+
+    name = "SkipLayerNormFusion"
+    compatible_eps = ("CPUExecutionProvider", "ACLExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider")
+
+    def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
+        types = ValueTypes(graph)
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, types, node))
+
+    def _match(self, graph: Graph, types: ValueTypes, ln: Node) -> tuple[int, Node, Node | None] | None:
+        for fmt, path in enumerate(FORMATS, start=1):
+            found = find_path(graph, ln, True, path)
+            if found is None:
+                continue
+            add1 = found[0]
+            add2 = found[1] if len(found) > 1 else None
+            if not _first_add_ok(graph, types, add1, ln.ep) or node_produces_graph_output(graph, add1):
+                continue
+            if add2 is not None and (
+                not _bias_add_ok(graph, types, add2, ln.ep) or node_produces_graph_output(graph, add2)
+            ):
+                continue
+            return fmt, add1, add2
+        return None
+
+    def _fuse(self, graph: Graph, types: ValueTypes, ln: Node) -> bool:
+        if not is_supported_op(ln, "LayerNormalization", (1, 17)) or not self.node_is_compatible(ln):
+            return False
+        if not _supported(types, ln):
+            return False
+        found = self._match(graph, types, ln)
+        if found is None:
+            return False
+        fmt, add1, add2 = found
+        inputs = [add1.inputs[0], add1.inputs[1], ln.inputs[1], ln.inputs[2] if len(ln.inputs) > 2 else ""]
+        remove = [add1, ln]
+        if add2 is not None:
+            inputs[0 if fmt == 1 else 1] = add2.inputs[0]
+            inputs.append(add2.inputs[1])
+            remove.insert(0, add2)
+        out_type = types.elem_type(ln.outputs[0])
+        epsilon = ln.attributes.get("epsilon")
+        outputs = list(ln.outputs)
+        ep = ln.ep
+        inputs = [self._cast_to_float(graph, types, name, out_type, ep) for name in inputs]
+        for node in remove:
+            graph.remove_node(node)
+        attr = epsilon if epsilon is not None else onnx.helper.make_attribute("epsilon", DEFAULT_EPSILON)
+        graph.add_node(
+            graph.generate_node_name("SkipLayerNormalization"),
+            "SkipLayerNormalization",
+            inputs,
+            outputs,
+            domain="com.microsoft",
+            attributes={"epsilon": attr},
+            doc_string="fused SkipLayerNorm subgraphs ",
+            ep=ep,
+        )
+        return True
+
+    def _cast_to_float(self, graph: Graph, types: ValueTypes, name: str, out_type: int | None, ep: str) -> str:
+        """``CastToFloat``: a Cast to float before an input whose type is not the (float) output type."""
+        if not name:
+            return name
+        elem = types.elem_type(name)
+        if elem is None or elem == out_type or out_type != _TP.FLOAT:
+            return name
+        shape = types.shape(name) or []
+        dims: list[int | str | None] = [
+            d.dim_value if d.HasField("dim_value") else (d.dim_param if d.HasField("dim_param") else None)
+            for d in shape
+        ]
+        cast_out = graph.generate_value_name(name + "_Float")
+        graph.set_value_type(cast_out, onnx.helper.make_tensor_type_proto(_TP.FLOAT, dims))
+        graph.add_node(
+            graph.generate_node_name(name + "_Cast"),
+            "Cast",
+            [name],
+            [cast_out],
+            attributes={"to": onnx.helper.make_attribute("to", _TP.FLOAT)},
+            doc_string="Cast Input to float",
+            ep=ep,
+        )
+        return cast_out
