@@ -49,8 +49,15 @@ import onnx
 from qdqopt.events import NoMatch, emit_no_match
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import input_node, is_supported_op, node_produces_graph_output, output_edge_count
-from qdqopt.passes.qdq_util import ValueTypes, constant_initializer, tensor_from_array
+from qdqopt.passes.graph_utils import (
+    input_node,
+    is_supported_op,
+    node_produces_graph_output,
+    output_edge_count,
+    value_elem_type,
+    value_shape,
+)
+from qdqopt.passes.qdq_util import constant_initializer, tensor_from_array
 
 __all__ = ["SliceConcatToSpaceToDepthFusion"]
 
@@ -59,6 +66,7 @@ BLOCK = 2
 #: the (H, W) start pairs in SpaceToDepth's channel-block order
 CANONICAL_PHASES = ((0, 0), (0, 1), (1, 0), (1, 1))
 _MAX_CHAIN = 2
+_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
 
 
 def _int_values(graph: Graph, name: str) -> list[int] | None:
@@ -105,21 +113,22 @@ def slice_params(graph: Graph, node: Node) -> tuple[list[int], list[int], list[i
     return out_starts, out_ends, out_steps
 
 
-def _static_dim(types: ValueTypes, name: str, axis: int) -> int | None:
-    shape = types.shape(name)
+def _static_dim(graph: Graph, name: str, axis: int) -> int | None:
+    """``TryGetStaticInputDim``: the dim's value when the value has a rank-4 shape and the dim is a value > 0."""
+    shape = value_shape(graph, name)
     if shape is None or len(shape) != 4:
         return None
     dim = shape[axis]
-    return int(dim.dim_value) if dim.HasField("dim_value") and dim.dim_value > 0 else None
+    return dim if isinstance(dim, int) and dim > 0 else None
 
 
-def _full_extent(types: ValueTypes, name: str, axis: int, end: int) -> bool:
+def _full_extent(graph: Graph, name: str, axis: int, end: int) -> bool:
     """``IsFullExtentEnd``: INT64_MAX, or a non-negative end at least the input's static dim."""
     if end == INT64_MAX:
         return True
     if end < 0:
         return False
-    dim = _static_dim(types, name, axis)
+    dim = _static_dim(graph, name, axis)
     return dim is not None and end >= dim
 
 
@@ -133,20 +142,17 @@ class SliceConcatToSpaceToDepthFusion(GraphTransformer):
         again = True
         while again:  # a fresh topological snapshot after every fusion
             again = False
-            types = ValueTypes(graph)
             for node in graph.topological_order():
                 if graph.node(node.index) is None:
                     continue
                 if node.subgraphs and self.recurse(node, ctx, graph_level):
                     modified = True
-                if self.node_is_compatible(node) and self._fuse(graph, types, node):
+                if self.node_is_compatible(node) and self._fuse(graph, node):
                     modified = again = True
                     break
         return modified
 
-    def _branch(
-        self, graph: Graph, types: ValueTypes, concat: Node, slot: int
-    ) -> tuple[list[Node], str, tuple[int, int]] | NoMatch:
+    def _branch(self, graph: Graph, concat: Node, slot: int) -> tuple[list[Node], str, tuple[int, int]] | NoMatch:
         """``TryMatchSliceChain``: the Slices from the Concat up, the branch's input and its (H, W) phase."""
         nodes: list[Node] = []
         strided = {2: False, 3: False}
@@ -168,11 +174,11 @@ class SliceConcatToSpaceToDepthFusion(GraphTransformer):
             starts, ends, steps = params
             data = node.inputs[0]
             for axis in (0, 1):
-                if starts[axis] != 0 or steps[axis] != 1 or not _full_extent(types, data, axis, ends[axis]):
+                if starts[axis] != 0 or steps[axis] != 1 or not _full_extent(graph, data, axis, ends[axis]):
                     return NoMatch(f"Slice {node.name!r} does not take axis {axis} whole", (node.name,))
             here = False
             for axis in (2, 3):
-                if not _full_extent(types, data, axis, ends[axis]):
+                if not _full_extent(graph, data, axis, ends[axis]):
                     return NoMatch(f"Slice {node.name!r} ends early on axis {axis}", (node.name,))
                 if steps[axis] == BLOCK:
                     if strided[axis] or starts[axis] not in (0, 1):
@@ -189,7 +195,7 @@ class SliceConcatToSpaceToDepthFusion(GraphTransformer):
             node = input_node(graph, node, 0)
         return NoMatch(f"the branch of Concat input {slot} does not stride both H and W in two Slices")
 
-    def _fuse(self, graph: Graph, types: ValueTypes, concat: Node) -> bool:
+    def _fuse(self, graph: Graph, concat: Node) -> bool:
         if not is_supported_op(concat, "Concat", (4, 11, 13)) or len(concat.inputs) != 4:
             return False
         axis = concat.attr_int("axis")
@@ -199,23 +205,15 @@ class SliceConcatToSpaceToDepthFusion(GraphTransformer):
         phases: list[tuple[int, int]] = []
         x = ""
         for slot, value in enumerate(concat.inputs):
-            found = self._branch(graph, types, concat, slot) if value else NoMatch(f"Concat input {slot} is empty")
+            found = self._branch(graph, concat, slot) if value else NoMatch(f"Concat input {slot} is empty")
             if isinstance(found, NoMatch):
                 if slot > 0 or found.nodes:  # refusals of a Concat that starts like a Focus stem
                     emit_no_match(found, concat.name)
                 return False
             nodes, data, phase = found
             if slot == 0:
-                shape = types.shape(data)
-                if (
-                    shape is None
-                    or len(shape) != 4
-                    or types.elem_type(data)
-                    not in (
-                        onnx.TensorProto.FLOAT,
-                        onnx.TensorProto.DOUBLE,
-                    )
-                ):
+                shape = value_shape(graph, data)
+                if shape is None or len(shape) != 4 or value_elem_type(graph, data) not in _TYPES:
                     emit_no_match(NoMatch(f"{data!r} is not a float or double tensor of rank 4"), concat.name)
                     return False
                 x = data
@@ -229,7 +227,7 @@ class SliceConcatToSpaceToDepthFusion(GraphTransformer):
             return False
         permutation = [CANONICAL_PHASES.index(p) for p in phases]
         canonical = permutation == [0, 1, 2, 3]
-        channels = None if canonical else _static_dim(types, x, 1)
+        channels = None if canonical else _static_dim(graph, x, 1)
         if not canonical and channels is None:
             emit_no_match(NoMatch(f"phases out of order and the channel dim of {x!r} is not static"), concat.name)
             return False
