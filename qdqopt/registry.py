@@ -40,6 +40,7 @@ from qdqopt.passes import rules_level1 as r1
 from qdqopt.passes import rules_level2 as r2
 from qdqopt.passes.base import GraphTransformer, RewriteRule
 from qdqopt.passes.bias_gelu_fusion import BiasGeluFusion
+from qdqopt.passes.bias_softmax_fusion import BiasSoftmaxFusion
 from qdqopt.passes.constant_folding import ConstantFolding
 from qdqopt.passes.constant_sharing import ConstantSharing
 from qdqopt.passes.conv_activation_fusion import ConvActivationFusion
@@ -71,6 +72,8 @@ from qdqopt.passes.qdq_selector_action import QDQSelectorActionTransformer
 from qdqopt.passes.quick_gelu_fusion import QuickGeluFusion
 from qdqopt.passes.reshape_fusion import ReshapeFusion
 from qdqopt.passes.skip_layer_norm_fusion import SkipLayerNormFusion
+from qdqopt.passes.slice_concat_to_space_to_depth_fusion import SliceConcatToSpaceToDepthFusion
+from qdqopt.passes.swiglu_fusion import SwiGluFusion
 from qdqopt.passes.transpose_optimizer import TransposeOptimizer, TransposeOptimizerCPU
 from qdqopt.passes.weight_bias_quantization import WeightBiasQuantization
 from qdqopt.passes.where_dummy_dq import WhereDummyDq
@@ -274,7 +277,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("MatMulAddFusion", "L1", MatMulAddFusion, qdq="q"),
     PassSpec("ReshapeFusion", "L1", ReshapeFusion),
     PassSpec("FreeDimensionOverrideTransformer", "L1", FreeDimensionOverrideTransformer),
-    PassSpec("SliceConcatToSpaceToDepthFusion", "L1", None),
+    PassSpec("SliceConcatToSpaceToDepthFusion", "L1", SliceConcatToSpaceToDepthFusion),
     PassSpec("GeluFusionL1", "L1", GeluFusionL1, "GeluFusion"),
     PassSpec("LayerNormFusionL1", "L1", LayerNormFusionL1, "LayerNormFusion"),
     PassSpec("QDQPropagationTransformer", "L1", QDQPropagationTransformer, gate=_qdq, gate_text=_QDQ_TEXT, qdq="Q"),
@@ -313,8 +316,9 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("BiasSkipLayerNormFusion", "L2", None, eps=_CPU),
     PassSpec("FastGeluFusion", "L2", FastGeluFusion, eps=_CPU),
     PassSpec("QuickGeluFusion", "L2", QuickGeluFusion, eps=_CPU),
-    PassSpec("SwiGluFusion", "L2", None, eps=_CPU),
-    PassSpec("BiasSoftmaxFusion", "L2", None, eps=_CPU),
+    # SwiGluFusion fuses CUDA-assigned nodes only, BiasSoftmaxFusion CUDA/ROCm ones: no-ops in a CPU session
+    PassSpec("SwiGluFusion", "L2", SwiGluFusion, eps=("CUDAExecutionProvider",)),
+    PassSpec("BiasSoftmaxFusion", "L2", BiasSoftmaxFusion, eps=_CPU),
     PassSpec("BiasDropoutFusion", "L2", None, eps=("CUDAExecutionProvider",)),
     PassSpec("MatMulScaleFusion", "L2", MatMulScaleFusion, eps=_CPU),
     PassSpec("MatMulActivationFusion", "L2", None, eps=("DmlExecutionProvider",)),

@@ -35,6 +35,7 @@ CHECKER_SKIP = {
     "nhwc/unknown_rank": "a graph input of unknown rank (no shape): ORT accepts it, the checker not",
     "layernorm/unknown_rank": "a graph input of unknown rank (no shape): ORT accepts it, the checker not",
     "layernorm/unknown_rank_positive_axes": "a graph input of unknown rank (no shape): ORT accepts it, the checker not",
+    "focus/no_shape": "a graph input of unknown rank (no shape): ORT accepts it, the checker not",
 }
 
 EXPORTED_OPS = {
