@@ -38,6 +38,7 @@ from qdqopt.errors import UsageError
 from qdqopt.levels import LEVEL_STAGES, REQUIRED_STAGES, STAGES, Level, level_stage
 from qdqopt.passes import rules_level1 as r1
 from qdqopt.passes import rules_level2 as r2
+from qdqopt.passes.avx2_weight_s8_to_u8 import Avx2WeightS8ToU8Transformer
 from qdqopt.passes.base import GraphTransformer, RewriteRule
 from qdqopt.passes.bias_gelu_fusion import BiasGeluFusion
 from qdqopt.passes.constant_folding import ConstantFolding
@@ -203,7 +204,8 @@ def _s8_to_u8(c: SessionConfig, t: Target) -> bool:
 
 
 def _avx2_s8_u8(c: SessionConfig, t: Target) -> bool:
-    return _qdq(c, t) and c.flag("session.x64quantprecision") and t.u8s8_overflow
+    # registered outside GenerateTransformers' `if (!disable_quant_qdq)` block: disable_quant_qdq does not gate it
+    return c.flag("session.x64quantprecision") and t.u8s8_overflow
 
 
 def _nchwc(c: SessionConfig, t: Target) -> bool:
@@ -316,7 +318,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("BiasDropoutFusion", "L2", None, eps=("CUDAExecutionProvider",)),
     PassSpec("MatMulScaleFusion", "L2", MatMulScaleFusion, eps=_CPU),
     PassSpec("MatMulActivationFusion", "L2", None, eps=("DmlExecutionProvider",)),
-    PassSpec("Avx2WeightS8ToU8Transformer", "L2", None, gate=_avx2_s8_u8,
+    PassSpec("Avx2WeightS8ToU8Transformer", "L2", Avx2WeightS8ToU8Transformer, gate=_avx2_s8_u8,
              gate_text="session.x64quantprecision=1 on an x86 CPU whose U8S8 kernels may overflow", eps=_CPU, qdq="Q"),
     PassSpec("MatMulNBitsFusion", "L2", MatMulNBitsFusion, eps=_CPU, qdq="q"),
     PassSpec("GroupQueryAttentionPreNormFusion", "L2", None, eps=("CUDAExecutionProvider", "WebGpuExecutionProvider")),
