@@ -47,6 +47,7 @@ from qdqopt.passes.conv_activation_fusion import ConvActivationFusion
 from qdqopt.passes.conv_add_activation_fusion import ConvAddActivationFusion
 from qdqopt.passes.cse import CommonSubexpressionElimination
 from qdqopt.passes.double_qdq import DoubleQDQPairsRemover
+from qdqopt.passes.dq_matmulnbits_fusion import DQMatMulNBitsFusion
 from qdqopt.passes.dynamic_quantize_matmul import DynamicQuantizeMatMulFusion
 from qdqopt.passes.ensure_unique_dq import EnsureUniqueDQForNodeUnit
 from qdqopt.passes.fast_gelu_fusion import FastGeluFusion
@@ -281,7 +282,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("WeightBiasQuantization", "L1", WeightBiasQuantization, gate=_qdq, gate_text=_QDQ_TEXT, qdq="Q"),
     PassSpec("EnsureUniqueDQForNodeUnit", "L1", EnsureUniqueDQForNodeUnit, gate=_qdq, gate_text=_QDQ_TEXT, qdq="Q"),
     PassSpec("WhereDummyDq", "L1", WhereDummyDq, gate=_qdq, gate_text=_QDQ_TEXT, qdq="Q"),
-    PassSpec("DQMatMulNBitsFusion", "L1", None, gate=_dq_matmulnbits,
+    PassSpec("DQMatMulNBitsFusion", "L1", DQMatMulNBitsFusion, gate=_dq_matmulnbits,
              gate_text="session.enable_dq_matmulnbits_fusion=1 and " + _QDQ_TEXT, qdq="Q"),
     PassSpec("TransposeOptimizer", "L1", TransposeOptimizer, apply_once=True, qdq="q"),
     # ---------------------------------------------------------------- Level2
