@@ -38,6 +38,7 @@ from qdqopt.errors import UsageError
 from qdqopt.levels import LEVEL_STAGES, REQUIRED_STAGES, STAGES, Level, level_stage
 from qdqopt.passes import rules_level1 as r1
 from qdqopt.passes import rules_level2 as r2
+from qdqopt.passes.avx2_weight_s8_to_u8 import Avx2WeightS8ToU8Transformer
 from qdqopt.passes.base import GraphTransformer, RewriteRule
 from qdqopt.passes.bias_gelu_fusion import BiasGeluFusion
 from qdqopt.passes.bias_softmax_fusion import BiasSoftmaxFusion
@@ -47,6 +48,7 @@ from qdqopt.passes.conv_activation_fusion import ConvActivationFusion
 from qdqopt.passes.conv_add_activation_fusion import ConvAddActivationFusion
 from qdqopt.passes.cse import CommonSubexpressionElimination
 from qdqopt.passes.double_qdq import DoubleQDQPairsRemover
+from qdqopt.passes.dq_matmulnbits_fusion import DQMatMulNBitsFusion
 from qdqopt.passes.dynamic_quantize_matmul import DynamicQuantizeMatMulFusion
 from qdqopt.passes.ensure_unique_dq import EnsureUniqueDQForNodeUnit
 from qdqopt.passes.fast_gelu_fusion import FastGeluFusion
@@ -208,7 +210,8 @@ def _s8_to_u8(c: SessionConfig, t: Target) -> bool:
 
 
 def _avx2_s8_u8(c: SessionConfig, t: Target) -> bool:
-    return _qdq(c, t) and c.flag("session.x64quantprecision") and t.u8s8_overflow
+    # registered outside GenerateTransformers' `if (!disable_quant_qdq)` block: disable_quant_qdq does not gate it
+    return c.flag("session.x64quantprecision") and t.u8s8_overflow
 
 
 def _nchwc(c: SessionConfig, t: Target) -> bool:
@@ -284,7 +287,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("WeightBiasQuantization", "L1", WeightBiasQuantization, gate=_qdq, gate_text=_QDQ_TEXT, qdq="Q"),
     PassSpec("EnsureUniqueDQForNodeUnit", "L1", EnsureUniqueDQForNodeUnit, gate=_qdq, gate_text=_QDQ_TEXT, qdq="Q"),
     PassSpec("WhereDummyDq", "L1", WhereDummyDq, gate=_qdq, gate_text=_QDQ_TEXT, qdq="Q"),
-    PassSpec("DQMatMulNBitsFusion", "L1", None, gate=_dq_matmulnbits,
+    PassSpec("DQMatMulNBitsFusion", "L1", DQMatMulNBitsFusion, gate=_dq_matmulnbits,
              gate_text="session.enable_dq_matmulnbits_fusion=1 and " + _QDQ_TEXT, qdq="Q"),
     PassSpec("TransposeOptimizer", "L1", TransposeOptimizer, apply_once=True, qdq="q"),
     # ---------------------------------------------------------------- Level2
@@ -322,7 +325,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("BiasDropoutFusion", "L2", None, eps=("CUDAExecutionProvider",)),
     PassSpec("MatMulScaleFusion", "L2", MatMulScaleFusion, eps=_CPU),
     PassSpec("MatMulActivationFusion", "L2", None, eps=("DmlExecutionProvider",)),
-    PassSpec("Avx2WeightS8ToU8Transformer", "L2", None, gate=_avx2_s8_u8,
+    PassSpec("Avx2WeightS8ToU8Transformer", "L2", Avx2WeightS8ToU8Transformer, gate=_avx2_s8_u8,
              gate_text="session.x64quantprecision=1 on an x86 CPU whose U8S8 kernels may overflow", eps=_CPU, qdq="Q"),
     PassSpec("MatMulNBitsFusion", "L2", MatMulNBitsFusion, eps=_CPU, qdq="q"),
     PassSpec("GroupQueryAttentionPreNormFusion", "L2", None, eps=("CUDAExecutionProvider", "WebGpuExecutionProvider")),

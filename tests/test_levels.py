@@ -37,6 +37,7 @@ CONFIGS = {
     "cast-chain": {"optimization.enable_cast_chain_elimination": "1"},
     "dq-matmulnbits": {"session.enable_dq_matmulnbits_fusion": "1"},
     "x64quantprecision": {"session.x64quantprecision": "1"},
+    "x64quantprecision-no-qdq": {"session.x64quantprecision": "1", "session.disable_quant_qdq": "1"},
     "disable-by-config": {"optimization.disable_specified_optimizers": "ConstantFolding;QDQFinalCleanupTransformer"},
 }
 

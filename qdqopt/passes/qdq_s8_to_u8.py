@@ -17,8 +17,9 @@ topological order on the CPU EP:
   ``GenerateNodeArgName("qdq_s8_to_u8_quant")`` (the Q's new output and the DQ's new input), and sets both zps
   (a DQ without zp gains a third input). A matched Q is never also treated as a lone DQ.
 * **Lone DQ** (only with ``session.x64quantprecision=1`` on a CPU whose U8S8 kernels may overflow):
-  ``QDQ::ConvertS8WeightToU8(dq, 0, 2)``. The weight is a constant int8 initializer of this graph, the zp (if the
-  DQ has a third input) a constant int8 one. The weight is converted only when some value lies outside [-64, 64]:
+  ``QDQ::ConvertS8WeightToU8(dq, 0, 2)``, shared with Avx2WeightS8ToU8Transformer (:mod:`qdqopt.passes.s8_to_u8`).
+  The weight is a constant int8 initializer of this graph, the zp (if the DQ has a non-empty third input) a
+  constant int8 one. The weight is converted only when some value lies outside [-64, 64]:
   ``<w>_s8_2_u8`` holds the bytes XOR 0x80 with the weight's dims; the zp becomes ``<zp>_s8_2_u8`` the same way,
   always (a missing zp gives ``GenerateNodeArgName("weight_zp_s8_2_u8")`` = 128).
 
@@ -32,49 +33,22 @@ import onnx
 
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import check_output_edges, constant_initializer, output_nodes
+from qdqopt.passes.graph_utils import check_output_edges, output_nodes
 from qdqopt.passes.qdq_util import is_dq, is_q
+from qdqopt.passes.s8_to_u8 import convert_s8_weight_to_u8, int8_tensor_to_uint8, local_constant, raw_uint8_tensor
 
 __all__ = ["QDQS8ToU8Transformer", "int8_tensor_to_uint8"]
 
 TP = onnx.TensorProto
+_raw_tensor = raw_uint8_tensor  # looked up here at each call (a test shifts the generated zp through it)
 
 
 def _input(node: Node, slot: int) -> str:
     return node.inputs[slot] if slot < len(node.inputs) else ""
 
 
-def _local_constant(graph: Graph, name: str) -> onnx.TensorProto | None:
-    """``NodeArgIsConstant && GetInitializedTensor``: a constant initializer held by this graph."""
-    if not name or constant_initializer(graph, name) is None or not graph.is_initializer(name):
-        return None
-    return graph.initializer(name)
-
-
 def _size(tensor: onnx.TensorProto) -> int:
     return int(np.prod(list(tensor.dims), dtype=np.int64))
-
-
-def _raw_tensor(name: str, dims: list[int], data: bytes) -> onnx.TensorProto:
-    tensor = onnx.TensorProto()
-    tensor.name = name
-    tensor.data_type = TP.UINT8
-    tensor.dims.extend(dims)
-    tensor.raw_data = data
-    return tensor
-
-
-def int8_tensor_to_uint8(graph: Graph, src: onnx.TensorProto | None, *, force: bool = False) -> onnx.TensorProto | None:
-    """``QDQ::Int8TensorProto2Uint8``: ``<src>_s8_2_u8`` with every byte XOR 0x80, if ``force`` or some value lies
-    outside [-64, 64]; None otherwise. Without ``src``: a generated ``weight_zp_s8_2_u8`` scalar of 128."""
-    if src is None:
-        return _raw_tensor(graph.generate_value_name("weight_zp_s8_2_u8"), [], bytes([128]))
-    values = np.asarray(graph.array(src.name)).astype(np.int8).reshape(-1)
-    convert = bool(np.any((values < -64) | (values > 64)))
-    if not (force or convert):
-        return None
-    flipped = (values.view(np.uint8) ^ np.uint8(0x80)).astype(np.uint8)
-    return _raw_tensor(src.name + "_s8_2_u8", list(src.dims), flipped.tobytes())
 
 
 class QDQS8ToU8Transformer(GraphTransformer):
@@ -100,13 +74,13 @@ class QDQS8ToU8Transformer(GraphTransformer):
     def _convert_pair(graph: Graph, q: Node, dq: Node) -> bool:
         if len(q.inputs) != 3 or len(dq.inputs) not in (2, 3):
             return False
-        q_zp = _local_constant(graph, q.inputs[2])
+        q_zp = local_constant(graph, q.inputs[2])
         if q_zp is None:
             return False
         dq_zp_name = _input(dq, 2)
         dq_zp: onnx.TensorProto | None = None
         if dq_zp_name:
-            dq_zp = _local_constant(graph, dq_zp_name)
+            dq_zp = local_constant(graph, dq_zp_name)
             if dq_zp is None:
                 return False
         if _size(q_zp) != 1 or q_zp.data_type != TP.INT8:
@@ -130,26 +104,5 @@ class QDQS8ToU8Transformer(GraphTransformer):
 
     @staticmethod
     def _convert_weight(graph: Graph, dq: Node) -> bool:
-        """``QDQ::ConvertS8WeightToU8(graph, dq, 0, 2)``."""
-        if not dq.inputs:
-            return False
-        weight = _local_constant(graph, dq.inputs[0])
-        if weight is None or weight.data_type != TP.INT8:
-            return False
-        zp: onnx.TensorProto | None = None
-        if len(dq.inputs) > 2:
-            zp = _local_constant(graph, dq.inputs[2])
-            if zp is None or zp.data_type != TP.INT8:
-                return False
-        weight_u8 = int8_tensor_to_uint8(graph, weight)
-        if weight_u8 is None:
-            return False
-        if not graph.is_initializer(weight_u8.name):
-            graph.add_initializer(weight_u8)
-        graph.set_input(dq, 0, weight_u8.name)
-        zp_u8 = int8_tensor_to_uint8(graph, zp, force=True)
-        assert zp_u8 is not None
-        if not graph.is_initializer(zp_u8.name):
-            graph.add_initializer(zp_u8)
-        graph.set_input(dq, 2, zp_u8.name)
-        return True
+        """``QDQ::ConvertS8WeightToU8(graph, dq, 0, 2)`` (:mod:`qdqopt.passes.s8_to_u8`)."""
+        return convert_s8_weight_to_u8(graph, dq, 0, 2)
