@@ -41,6 +41,7 @@ from qdqopt.passes import rules_level2 as r2
 from qdqopt.passes.avx2_weight_s8_to_u8 import Avx2WeightS8ToU8Transformer
 from qdqopt.passes.base import GraphTransformer, RewriteRule
 from qdqopt.passes.bias_gelu_fusion import BiasGeluFusion
+from qdqopt.passes.bias_skip_layer_norm_fusion import BiasSkipLayerNormFusion
 from qdqopt.passes.bias_softmax_fusion import BiasSoftmaxFusion
 from qdqopt.passes.constant_folding import ConstantFolding
 from qdqopt.passes.constant_sharing import ConstantSharing
@@ -316,7 +317,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("GroupQueryAttentionFusion", "L2", None, eps=("CUDAExecutionProvider",)),
     PassSpec("MatMulAddFusion", "L2", MatMulAddFusion, qdq="q"),  # registered for any EP
     PassSpec("SkipLayerNormFusion", "L2", SkipLayerNormFusion, eps=_CPU),
-    PassSpec("BiasSkipLayerNormFusion", "L2", None, eps=_CPU),
+    PassSpec("BiasSkipLayerNormFusion", "L2", BiasSkipLayerNormFusion, eps=_CPU),
     PassSpec("FastGeluFusion", "L2", FastGeluFusion, eps=_CPU),
     PassSpec("QuickGeluFusion", "L2", QuickGeluFusion, eps=_CPU),
     # SwiGluFusion fuses CUDA-assigned nodes only, BiasSoftmaxFusion CUDA/ROCm ones: no-ops in a CPU session
