@@ -40,6 +40,7 @@ from qdqopt.passes import rules_level1 as r1
 from qdqopt.passes import rules_level2 as r2
 from qdqopt.passes.avx2_weight_s8_to_u8 import Avx2WeightS8ToU8Transformer
 from qdqopt.passes.base import GraphTransformer, RewriteRule
+from qdqopt.passes.bias_dropout_fusion import BiasDropoutFusion
 from qdqopt.passes.bias_gelu_fusion import BiasGeluFusion
 from qdqopt.passes.bias_skip_layer_norm_fusion import BiasSkipLayerNormFusion
 from qdqopt.passes.bias_softmax_fusion import BiasSoftmaxFusion
@@ -320,10 +321,11 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("BiasSkipLayerNormFusion", "L2", BiasSkipLayerNormFusion, eps=_CPU),
     PassSpec("FastGeluFusion", "L2", FastGeluFusion, eps=_CPU),
     PassSpec("QuickGeluFusion", "L2", QuickGeluFusion, eps=_CPU),
-    # SwiGluFusion fuses CUDA-assigned nodes only, BiasSoftmaxFusion CUDA/ROCm ones: no-ops in a CPU session
+    # SwiGluFusion and BiasDropoutFusion fuse CUDA-assigned nodes only, BiasSoftmaxFusion CUDA/ROCm ones: no-ops in a
+    # CPU session
     PassSpec("SwiGluFusion", "L2", SwiGluFusion, eps=("CUDAExecutionProvider",)),
     PassSpec("BiasSoftmaxFusion", "L2", BiasSoftmaxFusion, eps=_CPU),
-    PassSpec("BiasDropoutFusion", "L2", None, eps=("CUDAExecutionProvider",)),
+    PassSpec("BiasDropoutFusion", "L2", BiasDropoutFusion, eps=("CUDAExecutionProvider",)),
     PassSpec("MatMulScaleFusion", "L2", MatMulScaleFusion, eps=_CPU),
     PassSpec("MatMulActivationFusion", "L2", None, eps=("DmlExecutionProvider",)),
     PassSpec("Avx2WeightS8ToU8Transformer", "L2", Avx2WeightS8ToU8Transformer, gate=_avx2_s8_u8,
