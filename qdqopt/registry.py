@@ -61,6 +61,7 @@ from qdqopt.passes.gelu_fusion import GeluFusionL1, GeluFusionL2
 from qdqopt.passes.gemm_activation_fusion import GemmActivationFusion
 from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCastTransformer
 from qdqopt.passes.layer_norm_fusion import LayerNormFusionL1, LayerNormFusionL2, SimplifiedLayerNormFusion
+from qdqopt.passes.matmul_activation_fusion import MatMulActivationFusion
 from qdqopt.passes.matmul_add_fusion import MatMulAddFusion
 from qdqopt.passes.matmul_integer_to_float import MatMulIntegerToFloatFusion
 from qdqopt.passes.matmul_nbits_fusion import MatMulNBitsFusion
@@ -327,7 +328,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("BiasSoftmaxFusion", "L2", BiasSoftmaxFusion, eps=_CPU),
     PassSpec("BiasDropoutFusion", "L2", BiasDropoutFusion, eps=("CUDAExecutionProvider",)),
     PassSpec("MatMulScaleFusion", "L2", MatMulScaleFusion, eps=_CPU),
-    PassSpec("MatMulActivationFusion", "L2", None, eps=("DmlExecutionProvider",)),
+    PassSpec("MatMulActivationFusion", "L2", MatMulActivationFusion, eps=("DmlExecutionProvider",)),
     PassSpec("Avx2WeightS8ToU8Transformer", "L2", Avx2WeightS8ToU8Transformer, gate=_avx2_s8_u8,
              gate_text="session.x64quantprecision=1 on an x86 CPU whose U8S8 kernels may overflow", eps=_CPU, qdq="Q"),
     PassSpec("MatMulNBitsFusion", "L2", MatMulNBitsFusion, eps=_CPU, qdq="q"),
