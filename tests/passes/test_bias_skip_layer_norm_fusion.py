@@ -1,7 +1,8 @@
 """BiasSkipLayerNormFusion (``qdqopt/passes/bias_skip_layer_norm_fusion.py``) against ORT 1.32, live.
 
 * Every ``layernorm/bias_skip_*`` fixture (the Add of a MatMul, or of a MatMul -> Cast, and a 1-D bias before a
-  SkipLayerNormalization written in the model or made by SkipLayerNormFusion; the near misses) at BASIC, EXTENDED
+  SkipLayerNormalization written in the model or made by SkipLayerNormFusion, in If branches with the bias in the
+  outer scope; the near misses) at BASIC, EXTENDED
   and ALL, both configs, nothing disabled on either side: ORT's saved model at tier P or X and ORT's trace line for
   line.
 * Mutations (the Add's slot not kept, the default epsilon written over the SLN's) must make the comparison fail.
@@ -30,6 +31,8 @@ FUSED = {
     "layernorm/bias_skip_symbolic",
     "layernorm/bias_skip_rank4",
     "layernorm/bias_skip_hidden_from_matmul",
+    "layernorm/bias_skip_both_slots",
+    "layernorm/bias_skip_if",
 }
 
 
