@@ -40,7 +40,9 @@ from qdqopt.passes import rules_level1 as r1
 from qdqopt.passes import rules_level2 as r2
 from qdqopt.passes.avx2_weight_s8_to_u8 import Avx2WeightS8ToU8Transformer
 from qdqopt.passes.base import GraphTransformer, RewriteRule
+from qdqopt.passes.bias_dropout_fusion import BiasDropoutFusion
 from qdqopt.passes.bias_gelu_fusion import BiasGeluFusion
+from qdqopt.passes.bias_skip_layer_norm_fusion import BiasSkipLayerNormFusion
 from qdqopt.passes.bias_softmax_fusion import BiasSoftmaxFusion
 from qdqopt.passes.constant_folding import ConstantFolding
 from qdqopt.passes.constant_sharing import ConstantSharing
@@ -59,6 +61,7 @@ from qdqopt.passes.gelu_fusion import GeluFusionL1, GeluFusionL2
 from qdqopt.passes.gemm_activation_fusion import GemmActivationFusion
 from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCastTransformer
 from qdqopt.passes.layer_norm_fusion import LayerNormFusionL1, LayerNormFusionL2, SimplifiedLayerNormFusion
+from qdqopt.passes.matmul_activation_fusion import MatMulActivationFusion
 from qdqopt.passes.matmul_add_fusion import MatMulAddFusion
 from qdqopt.passes.matmul_integer_to_float import MatMulIntegerToFloatFusion
 from qdqopt.passes.matmul_nbits_fusion import MatMulNBitsFusion
@@ -316,15 +319,16 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("GroupQueryAttentionFusion", "L2", None, eps=("CUDAExecutionProvider",)),
     PassSpec("MatMulAddFusion", "L2", MatMulAddFusion, qdq="q"),  # registered for any EP
     PassSpec("SkipLayerNormFusion", "L2", SkipLayerNormFusion, eps=_CPU),
-    PassSpec("BiasSkipLayerNormFusion", "L2", None, eps=_CPU),
+    PassSpec("BiasSkipLayerNormFusion", "L2", BiasSkipLayerNormFusion, eps=_CPU),
     PassSpec("FastGeluFusion", "L2", FastGeluFusion, eps=_CPU),
     PassSpec("QuickGeluFusion", "L2", QuickGeluFusion, eps=_CPU),
-    # SwiGluFusion fuses CUDA-assigned nodes only, BiasSoftmaxFusion CUDA/ROCm ones: no-ops in a CPU session
+    # SwiGluFusion and BiasDropoutFusion fuse CUDA-assigned nodes only, BiasSoftmaxFusion CUDA/ROCm ones: no-ops in a
+    # CPU session
     PassSpec("SwiGluFusion", "L2", SwiGluFusion, eps=("CUDAExecutionProvider",)),
     PassSpec("BiasSoftmaxFusion", "L2", BiasSoftmaxFusion, eps=_CPU),
-    PassSpec("BiasDropoutFusion", "L2", None, eps=("CUDAExecutionProvider",)),
+    PassSpec("BiasDropoutFusion", "L2", BiasDropoutFusion, eps=("CUDAExecutionProvider",)),
     PassSpec("MatMulScaleFusion", "L2", MatMulScaleFusion, eps=_CPU),
-    PassSpec("MatMulActivationFusion", "L2", None, eps=("DmlExecutionProvider",)),
+    PassSpec("MatMulActivationFusion", "L2", MatMulActivationFusion, eps=("DmlExecutionProvider",)),
     PassSpec("Avx2WeightS8ToU8Transformer", "L2", Avx2WeightS8ToU8Transformer, gate=_avx2_s8_u8,
              gate_text="session.x64quantprecision=1 on an x86 CPU whose U8S8 kernels may overflow", eps=_CPU, qdq="Q"),
     PassSpec("MatMulNBitsFusion", "L2", MatMulNBitsFusion, eps=_CPU, qdq="q"),
