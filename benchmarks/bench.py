@@ -15,6 +15,10 @@ written), ``stream`` (load, passes, ``write_model``, which writes the same bytes
 (session creation with ``optimized_model_filepath``). Without models, ``--memory`` generates a quantized ResNet18
 (:func:`resnet18_qdq_model`, about 11.8 MB) and a ~100 MB synthetic QDQ model (:func:`synthetic_qdq_model`) in
 ``--workdir`` (default: a folder in the system's temp directory), and adds the corpus's MobileNetV3.
+
+``--sweep [SIZES]`` runs the synthetic-size sweep instead (:mod:`sweep`): QDQ conv chains of 1k to 64k nodes at
+EXTENDED, qdqopt's load + passes + save and ORT's session creation side by side (each in a fresh process), the ratio
+and the exponent of a power law fitted to each (issue #10: at most 1.15 for qdqopt).
 """
 
 from __future__ import annotations
@@ -69,10 +73,22 @@ def main() -> None:
     parser.add_argument("--memory", action="store_true", help="peak RSS above the imports, qdqopt and ORT")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "qdqopt-bench")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--sweep",
+        nargs="?",
+        const="1000,4000,16000,64000",
+        help="synthetic QDQ conv chains of these sizes (default 1000,4000,16000,64000 nodes), qdqopt and ORT",
+    )
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     if args.child:
         _child(*args.child)
+        return
+    if args.sweep:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from sweep import sweep
+
+        sweep(tuple(int(size) for size in args.sweep.split(",")), level=args.levels or "extended")
         return
     if args.memory:
         _memory_main(args.models, args.levels or "99", args.workdir, args.repeat)
