@@ -29,7 +29,7 @@ import onnx
 
 from qdqopt.errors import ModelError
 from qdqopt.graph import Graph, Node
-from qdqopt.graph.schema import normalize_domain
+from qdqopt.graph.schema import Formal, Schema, input_arg_counts, node_schema, normalize_domain, type_string
 
 __all__ = [
     "CPU",
@@ -62,46 +62,6 @@ _CONTRIB_FUNCTION_OPS = frozenset(
 
 
 @dataclass(frozen=True)
-class Formal:
-    """One formal input or output of a schema."""
-
-    name: str
-    type_str: str
-    variadic: bool
-
-
-@dataclass(frozen=True)
-class Schema:
-    """The parts of an ORT operator schema the kernel lookups need."""
-
-    domain: str
-    op_type: str
-    since_version: int
-    inputs: tuple[Formal, ...]
-    outputs: tuple[Formal, ...]
-    #: type constraint name -> allowed type strings, in schema order
-    type_constraints: tuple[tuple[str, frozenset[str]], ...]
-
-    @functools.cached_property
-    def constraint_names(self) -> frozenset[str]:
-        return frozenset(name for name, _ in self.type_constraints)
-
-    @functools.cached_property
-    def kernel_type_str_args(self) -> dict[str, tuple[tuple[str, int], ...]]:
-        """``KernelTypeStrResolver::RegisterOpSchema``: kernel type string -> formal args (``"i"``/``"o"``, index).
-
-        A formal whose type string is a constraint name is listed under that name, any other (a concrete type such as
-        ``tensor(int64)``) under the formal's own name. Inputs come before outputs.
-        """
-        table: dict[str, list[tuple[str, int]]] = {}
-        for kind, formals in (("i", self.inputs), ("o", self.outputs)):
-            for index, formal in enumerate(formals):
-                key = formal.type_str if formal.type_str in self.constraint_names else formal.name
-                table.setdefault(key, []).append((kind, index))
-        return {key: tuple(args) for key, args in table.items()}
-
-
-@dataclass(frozen=True)
 class KernelDef:
     """One CPU kernel registration."""
 
@@ -124,28 +84,6 @@ class KernelDef:
 
 
 @functools.cache
-def _schemas() -> dict[tuple[str, str, int], Schema]:
-    from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
-
-    table: dict[tuple[str, str, int], Schema] = {}
-    for s in ort_c.get_all_operator_schema():
-        domain = normalize_domain(s.domain)
-
-        def formals(params: list[object]) -> tuple[Formal, ...]:
-            return tuple(
-                Formal(str(p.name), str(p.typeStr), "Variadic" in str(p.option))  # type: ignore[attr-defined]
-                for p in params
-            )
-
-        constraints = tuple(
-            (str(tc.type_param_str), frozenset(str(t) for t in tc.allowed_type_strs)) for tc in s.type_constraints
-        )
-        schema = Schema(domain, s.name, int(s.since_version), formals(s.inputs), formals(s.outputs), constraints)
-        table[(domain, schema.op_type, schema.since_version)] = schema
-    return table
-
-
-@functools.cache
 def _cpu_kernels() -> dict[tuple[str, str], tuple[KernelDef, ...]]:
     from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
 
@@ -163,63 +101,6 @@ def _cpu_kernels() -> dict[tuple[str, str], tuple[KernelDef, ...]]:
 def cpu_kernels(domain: str, op_type: str) -> tuple[KernelDef, ...]:
     """The CPU kernel defs registered for an op, in registry order."""
     return _cpu_kernels().get((normalize_domain(domain), op_type), ())
-
-
-def node_schema(node: Node) -> Schema | None:
-    """The schema the node resolved to (``node.Op()``), or None."""
-    if node.since_version is None:
-        return None
-    return _schemas().get((normalize_domain(node.domain), node.op_type, node.since_version))
-
-
-def input_arg_counts(schema: Schema, num_inputs: int) -> list[int]:
-    """``Node::InputArgCount`` after Resolve (``Graph::InferAndVerifyTypeMatch``).
-
-    One count per actual input while the node has as many inputs as the schema has formals; otherwise one per formal:
-    1 for each formal but the last while inputs remain (0 after), and the rest for the last formal.
-    """
-    formal_count = len(schema.inputs)
-    if formal_count == num_inputs:
-        return [1] * num_inputs
-    counts: list[int] = []
-    remaining = num_inputs
-    for _ in range(formal_count - 1):
-        if remaining > 0:
-            counts.append(1)
-            remaining -= 1
-        else:
-            counts.append(0)
-    if formal_count > 0:
-        counts.append(remaining)
-    return counts
-
-
-def type_string(type_proto: onnx.TypeProto | None) -> str | None:
-    """ORT's ``DataTypeImpl`` string of a type (``tensor(float16)``, ``seq(tensor(int64))``...), None if unknown."""
-    if type_proto is None:
-        return None
-    kind = type_proto.WhichOneof("value")
-    if kind == "tensor_type":
-        elem = type_proto.tensor_type.elem_type
-        return f"tensor({_elem_name(elem)})" if elem else None
-    if kind == "sparse_tensor_type":
-        elem = type_proto.sparse_tensor_type.elem_type
-        return f"sparse_tensor({_elem_name(elem)})" if elem else None
-    if kind == "sequence_type":
-        inner = type_string(type_proto.sequence_type.elem_type)
-        return f"seq({inner})" if inner else None
-    if kind == "optional_type":
-        inner = type_string(type_proto.optional_type.elem_type)
-        return f"optional({inner})" if inner else None
-    if kind == "map_type":
-        value = type_string(type_proto.map_type.value_type)
-        key = type_proto.map_type.key_type
-        return f"map({_elem_name(key)},{value})" if key and value else None
-    return None
-
-
-def _elem_name(elem: int) -> str:
-    return str(onnx.TensorProto.DataType.Name(elem)).lower()
 
 
 def _actual_arg(node: Node, kind: str, index: int, counts: list[int]) -> str | None:

@@ -33,14 +33,13 @@ What ORT does, step by step:
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable, Mapping, MutableSequence, Sequence
 
 import onnx
 
 from qdqopt.errors import ModelError
 from qdqopt.graph.core import Graph, Node
-from qdqopt.graph.schema import normalize_domain
+from qdqopt.graph.schema import FunctionKey, function_key, local_functions, normalize_domain, set_local_functions
 
 __all__ = [
     "INLINE_PREFIX",
@@ -57,40 +56,11 @@ __all__ = [
 #: ``base_uniq_identifier`` of ``Graph::InlineFunction``
 INLINE_PREFIX = "_inlfunc_"
 
-#: (domain, name, overload) of a function, ``function_utils::GetFunctionIdentifier``'s parts
-FunctionKey = tuple[str, str, str]
-
-# The model-local functions of each loaded model, keyed by its main graph (a Graph has no slot for them: its fields
-# are fixed, see Graph.clone). Filled by load_model, read by the partitioner.
-_LOCAL_FUNCTIONS: weakref.WeakKeyDictionary[Graph, dict[FunctionKey, onnx.FunctionProto]] = weakref.WeakKeyDictionary()
-
-
-def function_key(domain: str, name: str, overload: str = "") -> FunctionKey:
-    """The key ORT finds a model-local function by (its domain, name and overload)."""
-    return (domain, name, overload)
-
 
 def describe(key: FunctionKey) -> str:
     """``domain:name`` (``:overload``), as ORT prints a function."""
     domain, name, overload = key
     return f"{domain}:{name}" + (f":{overload}" if overload else "")
-
-
-def set_local_functions(graph: Graph, functions: Iterable[onnx.FunctionProto]) -> None:
-    """Record the model-local functions of the model whose main graph is ``graph``."""
-    table: dict[FunctionKey, onnx.FunctionProto] = {}
-    for function in functions:
-        table[function_key(function.domain, function.name, function.overload)] = function
-    if table:
-        _LOCAL_FUNCTIONS[graph] = table
-
-
-def local_functions(graph: Graph) -> dict[FunctionKey, onnx.FunctionProto]:
-    """The model-local functions of the model ``graph`` belongs to (empty when it has none)."""
-    root = graph
-    while root.parent is not None:
-        root = root.parent
-    return _LOCAL_FUNCTIONS.get(root, {})
 
 
 def local_function(graph: Graph, node: Node) -> onnx.FunctionProto | None:

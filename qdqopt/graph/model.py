@@ -38,10 +38,11 @@ import numpy as np
 import onnx
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
-from onnx import numpy_helper, shape_inference
+from onnx import numpy_helper
 
 from qdqopt.errors import ModelError
 from qdqopt.graph.core import Graph, Node
+from qdqopt.graph.inference import fill_unknown, has_dim, infer_model_types, lenient_merge, merge_type, shapes_conflict
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
 
@@ -635,151 +636,10 @@ def _inference_model(
 
 
 def _infer_types(proto: onnx.ModelProto, *, owned: bool = False) -> dict[str, onnx.TypeProto]:
-    """Types of every tensor of the main graph as ORT's Resolve infers them (best effort: ops ONNX does not know keep
-    their declared types).
-
-    ONNX shape inference with the data of the initializers it may read (:func:`_inference_tensor`), and shape values
-    propagated as far as ORT 1.32 propagates them, which is less far than ONNX's ``data_prop``
-    (:func:`_mask_value_propagation`): the types inference gives without propagation, their unknown dims filled from
-    an inference with ONNX's propagation on a copy of the model where the propagation ORT does not do cannot happen.
-    """
-    # shape inference needs dims, not data: no weight is copied (``owned``: ``proto`` is such a copy already, made
-    # by _inference_model, and is edited here)
-    stripped = proto if owned else _inference_model(proto, proto.graph, proto.graph.initializer)
-    declared = _dim_params(stripped.graph)
-    for output in stripped.graph.output:  # a declared output shape must not block inference: the inferred one wins
-        if output.type.HasField("tensor_type"):
-            output.type.tensor_type.ClearField("shape")
-    try:
-        inferred = shape_inference.infer_shapes(stripped, strict_mode=False)
-    except Exception:
-        return {}
-    types = _types_of(inferred.graph, declared)
-    masked = onnx.ModelProto()
-    masked.CopyFrom(stripped)
-    if _mask_value_propagation(masked.graph):
-        try:
-            propagated = shape_inference.infer_shapes(masked, strict_mode=False, data_prop=True)
-        except Exception:
-            return types
-        for name, found in _types_of(propagated.graph, declared).items():
-            known = types.get(name)
-            if known is not None:
-                types[name] = _fill_unknown(known, found)
-    return types
-
-
-def _types_of(g: onnx.GraphProto, declared: set[str]) -> dict[str, onnx.TypeProto]:
-    """The value types an inferred graph holds, subgraphs included (ONNX's invented dim names cleared)."""
-    _clear_invented_dims(g, declared)
-    types: dict[str, onnx.TypeProto] = {}
-    for v in [*g.input, *g.output, *g.value_info]:  # inferred value_info last: it knows most
-        if v.HasField("type") and (not v.type.HasField("tensor_type") or v.type.tensor_type.elem_type):
-            types[v.name] = v.type
-    _subgraph_types(g, types)
-    return types
-
-
-#: ops ONNX propagates shape values through (``PartialDataPropagationFunction``), by the inputs that carry them
-_PROPAGATING: dict[str, tuple[int, ...] | None] = {
-    "Cast": (0,),
-    "Gather": (0,),
-    "Slice": (0,),
-    "Squeeze": (0,),
-    "Unsqueeze": (0,),
-    "Concat": None,  # every input
-    "Add": None,
-    "Sub": None,
-    "Mul": None,
-}
-#: the operands of those ops whose constant data ORT hands to its value propagation (its own Gather, Squeeze and
-#: Unsqueeze propagation reads the indices and axes); every other constant operand is hidden from it
-_ORT_READS: dict[str, tuple[int, ...]] = {"Gather": (1,), "Squeeze": (1,), "Unsqueeze": (1,)}
-
-
-def _mask_value_propagation(gp: onnx.GraphProto) -> bool:
-    """Make the shape-value propagation ORT 1.32 does not do impossible in ``gp`` (edited in place); True if it
-    changed anything.
-
-    ORT runs ONNX's propagation functions with a context whose input data are the values propagated so far, not the
-    initializers (Constant nodes are initializers in ORT), plus its own Gather/Squeeze/Unsqueeze propagation, which
-    reads them. So a ``Slice`` of a shape with constant starts, a ``Concat`` of a shape and a constant, an
-    ``Add``/``Mul`` of a shape by a constant propagate nothing (probed): each such constant operand of a node that
-    reads a shape value becomes a graph input of the same type, which neither propagation nor that node's inference
-    can read (inference without propagation, which reads it, gives the rest).
-    """
-    constants: dict[str, onnx.TypeProto] = {
-        t.name: onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)) for t in gp.initializer
-    }
-    for node in gp.node:
-        if node.op_type == "Constant" and not node.domain and node.output and node.attribute:
-            attr = node.attribute[0]
-            if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
-                constants[node.output[0]] = onnx.helper.make_tensor_type_proto(attr.t.data_type, list(attr.t.dims))
-            elif attr.name in ("value_int", "value_ints", "value_float", "value_floats"):
-                elem = onnx.TensorProto.INT64 if attr.name.startswith("value_int") else onnx.TensorProto.FLOAT
-                dims = [len(attr.ints) or len(attr.floats)] if attr.name.endswith("s") else []
-                constants[node.output[0]] = onnx.helper.make_tensor_type_proto(elem, dims)
-    shape_values: set[str] = set()
-    changed = False
-    count = 0
-    for node in gp.node:
-        if node.domain not in ("", "ai.onnx"):
-            continue
-        if node.op_type in ("Shape", "Size"):
-            shape_values.update(node.output)
-            continue
-        if node.op_type not in _PROPAGATING:
-            continue
-        carriers = _PROPAGATING[node.op_type]
-        slots = range(len(node.input)) if carriers is None else carriers
-        if not any(slot < len(node.input) and node.input[slot] in shape_values for slot in slots):
-            continue
-        shape_values.update(node.output)
-        for slot, name in enumerate(node.input):
-            if not name or name in shape_values or slot in _ORT_READS.get(node.op_type, ()):
-                continue
-            if name not in constants:
-                continue
-            hidden = f"{name}/qdqopt_hidden_{count}"
-            count += 1
-            gp.input.append(onnx.helper.make_value_info(hidden, constants[name]))
-            node.input[slot] = hidden
-            changed = True
-    return changed
-
-
-def _subgraph_types(gp: onnx.GraphProto, types: dict[str, onnx.TypeProto]) -> None:
-    """Add what inference found inside subgraphs (If/Loop/Scan bodies) to ``types``; ONNX names are unique across
-    scopes, and the enclosing graph's entry wins should one repeat."""
-    for node in gp.node:
-        for attr in node.attribute:
-            if attr.type != onnx.AttributeProto.GRAPH:
-                continue
-            sub = attr.g
-            _clear_invented_dims(sub, _dim_params(sub))
-            for v in [*sub.input, *sub.output, *sub.value_info]:
-                if v.HasField("type") and (not v.type.HasField("tensor_type") or v.type.tensor_type.elem_type):
-                    types.setdefault(v.name, v.type)
-            _subgraph_types(sub, types)
-
-
-def _dim_params(gp: onnx.GraphProto) -> set[str]:
-    """Every dim_param the model itself names (graph inputs, outputs, value_info)."""
-    names: set[str] = set()
-    for v in (*gp.input, *gp.output, *gp.value_info):
-        if v.type.HasField("tensor_type"):
-            names.update(d.dim_param for d in v.type.tensor_type.shape.dim if d.HasField("dim_param"))
-    return names
-
-
-def _clear_invented_dims(gp: onnx.GraphProto, declared: set[str]) -> None:
-    """ONNX shape inference names unknown dims ``unk__<n>``; ORT's inference leaves them unnamed."""
-    for v in (*gp.input, *gp.output, *gp.value_info):
-        if v.type.HasField("tensor_type"):
-            for d in v.type.tensor_type.shape.dim:
-                if d.HasField("dim_param") and d.dim_param.startswith("unk__") and d.dim_param not in declared:
-                    d.ClearField("dim_param")
+    """:func:`qdqopt.graph.inference.infer_model_types` of ``proto``, with the data of the initializers it may read
+    (:func:`_inference_tensor`): no weight is copied (``owned``: ``proto`` is such a copy already, made by
+    :func:`_inference_model`, and is edited)."""
+    return infer_model_types(proto if owned else _inference_model(proto, proto.graph, proto.graph.initializer))
 
 
 # ----------------------------------------------------------------------------------------------------------- saving
@@ -884,12 +744,12 @@ def _save_parts(model: Model) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
         refines = name in declared and name not in pinned
         existing = _merge_type(declared[name], known) if refines else known
         gen = g.production_generation(name)
-        if gen is not None and existing is not None and inferred is not None and _conflict(existing, inferred):
+        if gen is not None and existing is not None and inferred is not None and shapes_conflict(existing, inferred):
             # the Resolve after the pass that re-produced the value merged leniently; a later one refills
-            types[name] = inferred if gen + 1 < g.resolves else _lenient_merge(existing, inferred)
+            types[name] = inferred if gen + 1 < g.resolves else lenient_merge(existing, inferred)
             exact.add(name)
         else:
-            types[name] = _fill_unknown(known, inferred)
+            types[name] = fill_unknown(known, inferred)
     _fill_graph(out.graph, model.graph, types, regenerate=True, exact=exact, initializers=False)
     return out, _saved_initializers(model.graph, regenerate=True)
 
@@ -921,85 +781,12 @@ def infer_current_types(graph: Graph) -> dict[str, onnx.TypeProto]:
 
 def pinned_types(graph: Graph) -> dict[str, onnx.TypeProto]:
     """The NodeArg types passes pinned (:meth:`Graph.pin_value_type`) in ``graph`` and its subgraphs; an enclosing
-    graph's entry wins should a name repeat (as in :func:`_subgraph_types`)."""
+    graph's entry wins should a name repeat (as in :func:`qdqopt.graph.inference.infer_model_types`)."""
     out = graph.pinned_types()
     for _, _, sub in graph.subgraphs():
         for name, type_proto in pinned_types(sub).items():
             out.setdefault(name, type_proto)
     return out
-
-
-def _shapes(existing: onnx.TypeProto, inferred: onnx.TypeProto) -> tuple[onnx.TensorShapeProto, onnx.TensorShapeProto]:
-    return existing.tensor_type.shape, inferred.tensor_type.shape
-
-
-def _conflict(existing: onnx.TypeProto, inferred: onnx.TypeProto) -> bool:
-    """Whether ONNX's ``mergeInShapeInfo`` of the inferred shape into the NodeArg's fails (rank or a value)."""
-    if not (existing.HasField("tensor_type") and inferred.HasField("tensor_type")):
-        return False
-    if not (existing.tensor_type.HasField("shape") and inferred.tensor_type.HasField("shape")):
-        return False
-    target, source = _shapes(existing, inferred)
-    if len(target.dim) != len(source.dim):
-        return True
-    return any(
-        s.HasField("dim_value") and t.HasField("dim_value") and s.dim_value != t.dim_value
-        for t, s in zip(target.dim, source.dim, strict=True)
-    )
-
-
-def _lenient_merge(existing: onnx.TypeProto, inferred: onnx.TypeProto) -> onnx.TypeProto:
-    """ORT's ``MergeShapeInfo`` after a failed merge: the dims merged before the failing one stay merged, then
-    ``UnionShapeInfo`` clears the shape (other rank) or every dim that differs from the inferred one."""
-    out = onnx.TypeProto()
-    out.CopyFrom(existing)
-    target_type = out.tensor_type
-    source = inferred.tensor_type.shape
-    if len(target_type.shape.dim) != len(source.dim):
-        target_type.ClearField("shape")
-        return out
-    for t, s in zip(target_type.shape.dim, source.dim, strict=True):  # mergeInShapeInfo, up to the failure
-        if s.HasField("dim_value"):
-            if t.HasField("dim_value") and t.dim_value != s.dim_value:
-                break
-            t.dim_value = s.dim_value
-        elif s.HasField("dim_param") and not t.HasField("dim_value") and not t.HasField("dim_param"):
-            t.dim_param = s.dim_param
-    for t, s in zip(target_type.shape.dim, source.dim, strict=True):  # UnionShapeInfo
-        if s.HasField("dim_value"):
-            same = t.HasField("dim_value") and t.dim_value == s.dim_value
-        elif s.HasField("dim_param"):
-            same = t.HasField("dim_param") and t.dim_param == s.dim_param
-        else:
-            same = not (t.HasField("dim_value") or t.HasField("dim_param"))
-        if not same:
-            t.ClearField("dim_value")
-            t.ClearField("dim_param")
-    return out
-
-
-def merge_type(existing: onnx.TypeProto | None, inferred: onnx.TypeProto) -> onnx.TypeProto:
-    """``NodeArg::UpdateTypeAndShape`` of an inferred tensor type into a NodeArg's type, as a Resolve does.
-
-    No type yet: the inferred one. Otherwise the element type stays and the shapes merge as ONNX's
-    ``mergeInShapeInfo`` does: an inferred value fills an unknown or symbolic dim, an inferred symbol only an
-    unknown one, a known value stays; where they conflict (another rank, another value) ORT's lenient
-    ``UnionShapeInfo`` takes over (:func:`_lenient_merge`).
-    """
-    out = onnx.TypeProto()
-    if existing is None or not existing.HasField("tensor_type") or not inferred.HasField("tensor_type"):
-        out.CopyFrom(existing if existing is not None else inferred)
-        return out
-    if not inferred.tensor_type.HasField("shape"):
-        out.CopyFrom(existing)
-        return out
-    if not existing.tensor_type.HasField("shape"):
-        out.CopyFrom(existing)
-        out.tensor_type.shape.CopyFrom(inferred.tensor_type.shape)
-        return out
-    if _conflict(existing, inferred):
-        return _lenient_merge(existing, inferred)
-    return _fill_unknown(existing, inferred)
 
 
 def any_modified(graph: Graph) -> bool:
@@ -1171,45 +958,11 @@ def _merge_type(declared: onnx.TypeProto | None, inferred: onnx.TypeProto | None
             for target, source in zip(merged.tensor_type.shape.dim, it.shape.dim, strict=True):
                 if source.HasField("dim_value"):
                     target.dim_value = source.dim_value
-                elif source.HasField("dim_param") and not _has_dim(target):
+                elif source.HasField("dim_param") and not has_dim(target):
                     target.dim_param = source.dim_param
     if merged is None:
         return None
     return _without_negative_dims(merged)
-
-
-def _has_dim(dim: onnx.TensorShapeProto.Dimension) -> bool:
-    """Whether the dim is known: a value or a symbolic name."""
-    return bool(dim.HasField("dim_value") or dim.HasField("dim_param"))
-
-
-def _fill_unknown(existing: onnx.TypeProto, inferred: onnx.TypeProto | None) -> onnx.TypeProto:
-    """A Resolve after a rewrite: inference fills what the NodeArg's type leaves unknown, never overrides it.
-
-    (At load the inferred type wins; afterwards a conflicting re-inference keeps the existing type: observed on
-    1.32.0, e.g. a graph output whose producer a rewrite replaced by a scalar keeps its declared shape.)
-    """
-    if inferred is None or not existing.HasField("tensor_type") or not inferred.HasField("tensor_type"):
-        return existing
-    if not inferred.tensor_type.HasField("shape"):
-        return existing
-    if not existing.tensor_type.HasField("shape"):
-        merged = onnx.TypeProto()
-        merged.CopyFrom(existing)
-        merged.tensor_type.shape.CopyFrom(inferred.tensor_type.shape)
-        return merged
-    if len(existing.tensor_type.shape.dim) != len(inferred.tensor_type.shape.dim):
-        return existing
-    merged = onnx.TypeProto()
-    merged.CopyFrom(existing)
-    for target, source in zip(merged.tensor_type.shape.dim, inferred.tensor_type.shape.dim, strict=True):
-        if target.HasField("dim_value"):
-            continue
-        if source.HasField("dim_value"):  # ONNX's mergeInDimensionInfo: a value replaces a symbolic dim
-            target.dim_value = source.dim_value
-        elif source.HasField("dim_param") and not target.HasField("dim_param"):
-            target.dim_param = source.dim_param
-    return merged
 
 
 def _without_negative_dims(type_proto: onnx.TypeProto) -> onnx.TypeProto:

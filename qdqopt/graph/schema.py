@@ -6,16 +6,44 @@ the node's domain, and fills every attribute that has a schema default and is mi
 (``VerifyNodeAndOpMatch``). We read the very same registry from the installed onnxruntime through
 ``onnxruntime.capi.onnxruntime_pybind11_state.get_all_operator_schema()``, so defaults can never drift from the
 runtime we compare against.
+
+The same registry gives each schema's formal inputs and outputs and its type constraints (:class:`Schema`,
+:func:`node_schema`): what the kernel lookups bind a node's actual types with, and what Resolve types a contrib op's
+outputs from (:mod:`qdqopt.graph.inference`). ORT's type strings (``tensor(float16)``...) are read and written here
+(:func:`type_string`, :func:`parse_type_string`), and so are a model's own functions (:func:`local_functions`):
+ops the model defines, which inference types through their bodies and the partitioner inlines.
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import onnx
 
-__all__ = ["ONNX_DOMAIN", "OpSchema", "lookup", "normalize_domain", "registry_domains"]
+if TYPE_CHECKING:
+    from qdqopt.graph.core import Graph, Node
+
+__all__ = [
+    "ONNX_DOMAIN",
+    "Formal",
+    "FunctionKey",
+    "OpSchema",
+    "Schema",
+    "function_key",
+    "input_arg_counts",
+    "local_functions",
+    "lookup",
+    "node_schema",
+    "normalize_domain",
+    "parse_type_string",
+    "registry_domains",
+    "set_local_functions",
+    "type_string",
+]
 
 ONNX_DOMAIN = ""
 _ONNX_ALIASES = {"", "ai.onnx"}
@@ -103,3 +131,176 @@ def _lookup(domain: str, op_type: str, opset: int) -> OpSchema | None:
     if found is None or found.deprecated:
         return None
     return found
+
+
+# ----------------------------------------------------------------------------------------- formals and type constraints
+@dataclass(frozen=True)
+class Formal:
+    """One formal input or output of a schema."""
+
+    name: str
+    type_str: str
+    variadic: bool
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The parts of an ORT operator schema the kernel lookups need."""
+
+    domain: str
+    op_type: str
+    since_version: int
+    inputs: tuple[Formal, ...]
+    outputs: tuple[Formal, ...]
+    #: type constraint name -> allowed type strings, in schema order
+    type_constraints: tuple[tuple[str, frozenset[str]], ...]
+
+    @functools.cached_property
+    def constraint_names(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.type_constraints)
+
+    @functools.cached_property
+    def kernel_type_str_args(self) -> dict[str, tuple[tuple[str, int], ...]]:
+        """``KernelTypeStrResolver::RegisterOpSchema``: kernel type string -> formal args (``"i"``/``"o"``, index).
+
+        A formal whose type string is a constraint name is listed under that name, any other (a concrete type such as
+        ``tensor(int64)``) under the formal's own name. Inputs come before outputs.
+        """
+        table: dict[str, list[tuple[str, int]]] = {}
+        for kind, formals in (("i", self.inputs), ("o", self.outputs)):
+            for index, formal in enumerate(formals):
+                key = formal.type_str if formal.type_str in self.constraint_names else formal.name
+                table.setdefault(key, []).append((kind, index))
+        return {key: tuple(args) for key, args in table.items()}
+
+
+@functools.cache
+def _schemas() -> dict[tuple[str, str, int], Schema]:
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
+
+    table: dict[tuple[str, str, int], Schema] = {}
+    for s in ort_c.get_all_operator_schema():
+        domain = normalize_domain(s.domain)
+
+        def formals(params: list[object]) -> tuple[Formal, ...]:
+            return tuple(
+                Formal(str(p.name), str(p.typeStr), "Variadic" in str(p.option))  # type: ignore[attr-defined]
+                for p in params
+            )
+
+        constraints = tuple(
+            (str(tc.type_param_str), frozenset(str(t) for t in tc.allowed_type_strs)) for tc in s.type_constraints
+        )
+        schema = Schema(domain, s.name, int(s.since_version), formals(s.inputs), formals(s.outputs), constraints)
+        table[(domain, schema.op_type, schema.since_version)] = schema
+    return table
+
+
+def node_schema(node: Node) -> Schema | None:
+    """The schema the node resolved to (``node.Op()``), or None."""
+    if node.since_version is None:
+        return None
+    return _schemas().get((normalize_domain(node.domain), node.op_type, node.since_version))
+
+
+def input_arg_counts(schema: Schema, num_inputs: int) -> list[int]:
+    """``Node::InputArgCount`` after Resolve (``Graph::InferAndVerifyTypeMatch``).
+
+    One count per actual input while the node has as many inputs as the schema has formals; otherwise one per formal:
+    1 for each formal but the last while inputs remain (0 after), and the rest for the last formal.
+    """
+    formal_count = len(schema.inputs)
+    if formal_count == num_inputs:
+        return [1] * num_inputs
+    counts: list[int] = []
+    remaining = num_inputs
+    for _ in range(formal_count - 1):
+        if remaining > 0:
+            counts.append(1)
+            remaining -= 1
+        else:
+            counts.append(0)
+    if formal_count > 0:
+        counts.append(remaining)
+    return counts
+
+
+def type_string(type_proto: onnx.TypeProto | None) -> str | None:
+    """ORT's ``DataTypeImpl`` string of a type (``tensor(float16)``, ``seq(tensor(int64))``...), None if unknown."""
+    if type_proto is None:
+        return None
+    kind = type_proto.WhichOneof("value")
+    if kind == "tensor_type":
+        elem = type_proto.tensor_type.elem_type
+        return f"tensor({_elem_name(elem)})" if elem else None
+    if kind == "sparse_tensor_type":
+        elem = type_proto.sparse_tensor_type.elem_type
+        return f"sparse_tensor({_elem_name(elem)})" if elem else None
+    if kind == "sequence_type":
+        inner = type_string(type_proto.sequence_type.elem_type)
+        return f"seq({inner})" if inner else None
+    if kind == "optional_type":
+        inner = type_string(type_proto.optional_type.elem_type)
+        return f"optional({inner})" if inner else None
+    if kind == "map_type":
+        value = type_string(type_proto.map_type.value_type)
+        key = type_proto.map_type.key_type
+        return f"map({_elem_name(key)},{value})" if key and value else None
+    return None
+
+
+def _elem_name(elem: int) -> str:
+    return str(onnx.TensorProto.DataType.Name(elem)).lower()
+
+
+def parse_type_string(text: str) -> onnx.TypeProto | None:
+    """The TypeProto of an ORT type string (``tensor(float)``, ``seq(tensor(int64))``, ``optional(...)``)."""
+    if text.startswith("tensor(") and text.endswith(")"):
+        elem = _elem_type(text[len("tensor(") : -1])
+        return onnx.helper.make_tensor_type_proto(elem, None) if elem else None
+    if text.startswith("seq(") and text.endswith(")"):
+        inner = parse_type_string(text[len("seq(") : -1])
+        return onnx.helper.make_sequence_type_proto(inner) if inner else None
+    if text.startswith("optional(") and text.endswith(")"):
+        inner = parse_type_string(text[len("optional(") : -1])
+        return onnx.helper.make_optional_type_proto(inner) if inner else None
+    return None
+
+
+def _elem_type(name: str) -> int:
+    try:
+        return int(onnx.TensorProto.DataType.Value(name.upper()))
+    except ValueError:
+        return 0
+
+
+# ------------------------------------------------------------------------------------------------ model-local functions
+#: (domain, name, overload) of a function, ``function_utils::GetFunctionIdentifier``'s parts
+FunctionKey = tuple[str, str, str]
+
+
+# The model-local functions of each loaded model, keyed by its main graph (a Graph has no slot for them: its fields
+# are fixed, see Graph.clone). Filled by load_model, read by the partitioner.
+_LOCAL_FUNCTIONS: weakref.WeakKeyDictionary[Graph, dict[FunctionKey, onnx.FunctionProto]] = weakref.WeakKeyDictionary()
+
+
+def function_key(domain: str, name: str, overload: str = "") -> FunctionKey:
+    """The key ORT finds a model-local function by (its domain, name and overload)."""
+    return (domain, name, overload)
+
+
+def set_local_functions(graph: Graph, functions: Iterable[onnx.FunctionProto]) -> None:
+    """Record the model-local functions of the model whose main graph is ``graph``."""
+    table: dict[FunctionKey, onnx.FunctionProto] = {}
+    for function in functions:
+        table[function_key(function.domain, function.name, function.overload)] = function
+    if table:
+        _LOCAL_FUNCTIONS[graph] = table
+
+
+def local_functions(graph: Graph) -> dict[FunctionKey, onnx.FunctionProto]:
+    """The model-local functions of the model ``graph`` belongs to (empty when it has none)."""
+    root = graph
+    while root.parent is not None:
+        root = root.parent
+    return _LOCAL_FUNCTIONS.get(root, {})

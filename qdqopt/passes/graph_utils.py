@@ -43,7 +43,7 @@ import numpy as np
 import onnx
 
 from qdqopt.graph import Edge, Graph, Node
-from qdqopt.graph.model import merge_type
+from qdqopt.graph.inference import infer_node_output, infer_with_data, merge_type, producer_index
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
 
@@ -546,61 +546,8 @@ def clone_with_types(graph: Graph) -> Graph:
 
 
 def _infer_types(root: Graph) -> None:
-    """ONNX shape inference over the current graph, with the data of constant initializers and with data
-    propagation (ORT's ``InferenceContextImpl::getInputData`` hands constant initializers to the inference functions
-    and 1.32 propagates shape values), stored per graph."""
-    model = onnx.ModelProto(ir_version=onnx.IR_VERSION)
-    for domain, version in sorted(root.opsets.items()):
-        model.opset_import.append(onnx.helper.make_opsetid(domain, version))
-    model.graph.CopyFrom(_inference_graph(root))
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception:  # onnx gave up: keep the declared types
-        inferred = model
-    _store_types(root, inferred.graph)
-
-
-def _inference_graph(graph: Graph) -> onnx.GraphProto:
-    gp = onnx.GraphProto(name=graph.name or "g")
-    gp.input.extend(graph.inputs)
-    gp.output.extend(graph.outputs)
-    gp.value_info.extend(graph.value_info)
-    for name in graph.initializer_names():
-        tensor = graph.initializer(name)
-        assert tensor is not None
-        if (
-            tensor.data_location == onnx.TensorProto.EXTERNAL
-            or not graph.is_constant_initializer(name)
-            or not _shape_relevant(tensor)
-        ):
-            if not any(i.name == name for i in graph.inputs):
-                gp.value_info.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
-            continue
-        gp.initializer.append(tensor)
-    for node in graph.topological_order():
-        proto = onnx.NodeProto(name=node.name, op_type=node.op_type, domain=node.domain)
-        proto.input.extend(node.inputs)
-        proto.output.extend(node.outputs)
-        for attr_name in node.attribute_order():
-            sub = node.subgraphs.get(attr_name)
-            if sub is None:
-                proto.attribute.append(node.attributes[attr_name])
-            else:
-                proto.attribute.append(onnx.helper.make_attribute(attr_name, _inference_graph(sub)))
-        gp.node.append(proto)
-    return gp
-
-
-#: the largest initializer (in elements) whose data shape inference is given: a shape, axes, scales, pads, a k, a
-#: Range's bounds are never bigger; the weights are, and only their type and dims matter to inference
-_SHAPE_DATA_MAX = 4096
-
-
-def _shape_relevant(tensor: onnx.TensorProto) -> bool:
-    count = 1
-    for dim in tensor.dims:
-        count *= dim
-    return count <= _SHAPE_DATA_MAX
+    """:func:`qdqopt.graph.inference.infer_with_data`, stored per graph."""
+    _store_types(root, infer_with_data(root))
 
 
 def _store_types(graph: Graph, inferred: onnx.GraphProto) -> None:
@@ -663,7 +610,7 @@ def _local_type(graph: Graph, name: str) -> onnx.TypeProto | None:
         missing = [
             v
             for v in node.inputs
-            if v and v not in known and not graph.is_initializer(v) and (v, _producer_index(graph, v)) not in memo
+            if v and v not in known and not graph.is_initializer(v) and (v, producer_index(graph, v)) not in memo
         ]
         if missing:
             if len(pending) > len(graph):
@@ -671,52 +618,9 @@ def _local_type(graph: Graph, name: str) -> onnx.TypeProto | None:
             pending.extend(missing)
             continue
         pending.pop()
-        memo[key] = _infer_node(graph, node, value, known, memo)
+        memo[key] = infer_node_output(graph, node, value, known, memo)
     node = graph.producer(name)
     return memo.get((name, node.index)) if node is not None else None
-
-
-def _producer_index(graph: Graph, value: str) -> int:
-    node = graph.producer(value)
-    return node.index if node is not None else -1
-
-
-def _infer_node(
-    graph: Graph,
-    node: Node,
-    name: str,
-    known: dict[str, onnx.TypeProto],
-    memo: dict[tuple[str, int], onnx.TypeProto | None],
-) -> onnx.TypeProto | None:
-    opset = graph.opset(node.domain)
-    try:
-        schema = onnx.defs.get_schema(node.op_type, opset or 0, node.domain)
-    except onnx.defs.SchemaError:
-        return None
-    input_types: dict[str, onnx.TypeProto] = {}
-    input_data: dict[str, onnx.TensorProto] = {}
-    for value in node.inputs:
-        if not value or value in input_types:
-            continue
-        tensor = graph.initializer(value)
-        if tensor is not None:
-            input_types[value] = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
-            if graph.is_constant_initializer(value) and _shape_relevant(tensor):
-                input_data[value] = tensor
-            continue
-        found = known.get(value) or memo.get((value, _producer_index(graph, value)))
-        if found is None:
-            return None
-        input_types[value] = found
-    proto = onnx.NodeProto(op_type=node.op_type, domain=node.domain, input=node.inputs, output=node.outputs)
-    proto.attribute.extend(node.attributes[a] for a in node.attribute_order())
-    try:
-        outputs = onnx.shape_inference.infer_node_outputs(
-            schema, proto, input_types, input_data, opset_imports=[onnx.helper.make_opsetid(node.domain, opset or 0)]
-        )
-    except Exception:  # onnx's inference function gave up: the whole graph's inference decides
-        return None
-    return outputs.get(name)
 
 
 def value_shape(graph: Graph, name: str) -> ShapeDims | None:

@@ -1,0 +1,549 @@
+"""Type and shape inference, in one place: every run of ONNX's inference qdqopt makes, and how its results merge
+into a NodeArg's type.
+
+ORT types every NodeArg in ``Graph::Resolve`` (ONNX's inference functions, ORT's own for its contrib ops, registered
+by :mod:`qdqopt.graph.contrib`). qdqopt runs that inference at a few moments, each for what reads it; the graph
+core (:meth:`qdqopt.graph.Graph.shape`, :meth:`~qdqopt.graph.Graph.elem_type`, :class:`~qdqopt.graph.View`) keeps
+the results and decides when to run it again:
+
+* **load and save** (:func:`infer_model_types`): the types of a model proto, as ORT's Resolve gives them at load
+  and after the rewrites; the saver writes them;
+* **Resolve, as partitioning sees it** (:func:`infer_types`): the graph as it stands, the types already known
+  given as value_info, initializers as typed values without data, plus schema-driven typing of the outputs ONNX
+  leaves untyped (contrib ops); the kernel lookups, InsertCast and the passes' ``View.PASS``/``View.FILLED``
+  queries read these (:meth:`Graph.value_type`);
+* **Resolve with shape data** (:func:`infer_with_data`): the graph as it stands, with the data of small constant
+  initializers and ONNX's shape-value propagation; the Level1 rules and the transpose optimizer read these
+  (``View.DATA``), and a value made since is typed node by node (:func:`infer_node_output`);
+* **``Graph::UpdateShapeInference``** (:func:`update_shape_inference`): one node again, its outputs' types merged
+  (:func:`merge_type`), as ConstantFolding runs it after a fold.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import onnx
+
+from qdqopt.graph.schema import (
+    Schema,
+    input_arg_counts,
+    local_functions,
+    node_schema,
+    parse_type_string,
+    type_string,
+)
+
+if TYPE_CHECKING:
+    from qdqopt.graph.core import Graph, Node
+
+__all__ = [
+    "fill_unknown",
+    "has_dim",
+    "infer_model_types",
+    "infer_node_output",
+    "infer_types",
+    "infer_with_data",
+    "lenient_merge",
+    "merge_type",
+    "producer_index",
+    "root_of",
+    "shapes_conflict",
+]
+
+
+def root_of(graph: Graph) -> Graph:
+    """The main graph of the model ``graph`` belongs to."""
+    while graph.parent is not None:
+        graph = graph.parent
+    return graph
+
+
+def producer_index(graph: Graph, value: str) -> int:
+    """The index of the node producing ``value`` in ``graph``, -1 if none does."""
+    node = graph.producer(value)
+    return node.index if node is not None else -1
+
+
+# -------------------------------------------------------------------------------------------------------- load and save
+def infer_model_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """Types of every tensor of the main graph as ORT's Resolve infers them (best effort: ops ONNX does not know keep
+    their declared types).
+
+    ONNX shape inference with the data of the initializers ``proto`` carries, and shape values propagated as far as
+    ORT 1.32 propagates them, which is less far than ONNX's ``data_prop`` (:func:`_mask_value_propagation`): the types
+    inference gives without propagation, their unknown dims filled from an inference with ONNX's propagation on a copy
+    of the model where the propagation ORT does not do cannot happen. ``proto`` is edited: give a copy made for it,
+    without the weights' data (:mod:`qdqopt.graph.model` makes one, ``_inference_model``).
+    """
+    declared = _dim_params(proto.graph)
+    for output in proto.graph.output:  # a declared output shape must not block inference: the inferred one wins
+        if output.type.HasField("tensor_type"):
+            output.type.tensor_type.ClearField("shape")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+    except Exception:
+        return {}
+    types = _types_of(inferred.graph, declared)
+    masked = onnx.ModelProto()
+    masked.CopyFrom(proto)
+    if _mask_value_propagation(masked.graph):
+        try:
+            propagated = onnx.shape_inference.infer_shapes(masked, strict_mode=False, data_prop=True)
+        except Exception:
+            return types
+        for name, found in _types_of(propagated.graph, declared).items():
+            known = types.get(name)
+            if known is not None:
+                types[name] = fill_unknown(known, found)
+    return types
+
+
+def _types_of(g: onnx.GraphProto, declared: set[str]) -> dict[str, onnx.TypeProto]:
+    """The value types an inferred graph holds, subgraphs included (ONNX's invented dim names cleared)."""
+    _clear_invented_dims(g, declared)
+    types: dict[str, onnx.TypeProto] = {}
+    for v in [*g.input, *g.output, *g.value_info]:  # inferred value_info last: it knows most
+        if v.HasField("type") and (not v.type.HasField("tensor_type") or v.type.tensor_type.elem_type):
+            types[v.name] = v.type
+    _subgraph_types(g, types)
+    return types
+
+
+#: ops ONNX propagates shape values through (``PartialDataPropagationFunction``), by the inputs that carry them
+_PROPAGATING: dict[str, tuple[int, ...] | None] = {
+    "Cast": (0,),
+    "Gather": (0,),
+    "Slice": (0,),
+    "Squeeze": (0,),
+    "Unsqueeze": (0,),
+    "Concat": None,  # every input
+    "Add": None,
+    "Sub": None,
+    "Mul": None,
+}
+
+
+#: the operands of those ops whose constant data ORT hands to its value propagation (its own Gather, Squeeze and
+#: Unsqueeze propagation reads the indices and axes); every other constant operand is hidden from it
+_ORT_READS: dict[str, tuple[int, ...]] = {"Gather": (1,), "Squeeze": (1,), "Unsqueeze": (1,)}
+
+
+def _mask_value_propagation(gp: onnx.GraphProto) -> bool:
+    """Make the shape-value propagation ORT 1.32 does not do impossible in ``gp`` (edited in place); True if it
+    changed anything.
+
+    ORT runs ONNX's propagation functions with a context whose input data are the values propagated so far, not the
+    initializers (Constant nodes are initializers in ORT), plus its own Gather/Squeeze/Unsqueeze propagation, which
+    reads them. So a ``Slice`` of a shape with constant starts, a ``Concat`` of a shape and a constant, an
+    ``Add``/``Mul`` of a shape by a constant propagate nothing (probed): each such constant operand of a node that
+    reads a shape value becomes a graph input of the same type, which neither propagation nor that node's inference
+    can read (inference without propagation, which reads it, gives the rest).
+    """
+    constants: dict[str, onnx.TypeProto] = {
+        t.name: onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)) for t in gp.initializer
+    }
+    for node in gp.node:
+        if node.op_type == "Constant" and not node.domain and node.output and node.attribute:
+            attr = node.attribute[0]
+            if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
+                constants[node.output[0]] = onnx.helper.make_tensor_type_proto(attr.t.data_type, list(attr.t.dims))
+            elif attr.name in ("value_int", "value_ints", "value_float", "value_floats"):
+                elem = onnx.TensorProto.INT64 if attr.name.startswith("value_int") else onnx.TensorProto.FLOAT
+                dims = [len(attr.ints) or len(attr.floats)] if attr.name.endswith("s") else []
+                constants[node.output[0]] = onnx.helper.make_tensor_type_proto(elem, dims)
+    shape_values: set[str] = set()
+    changed = False
+    count = 0
+    for node in gp.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type in ("Shape", "Size"):
+            shape_values.update(node.output)
+            continue
+        if node.op_type not in _PROPAGATING:
+            continue
+        carriers = _PROPAGATING[node.op_type]
+        slots = range(len(node.input)) if carriers is None else carriers
+        if not any(slot < len(node.input) and node.input[slot] in shape_values for slot in slots):
+            continue
+        shape_values.update(node.output)
+        for slot, name in enumerate(node.input):
+            if not name or name in shape_values or slot in _ORT_READS.get(node.op_type, ()):
+                continue
+            if name not in constants:
+                continue
+            hidden = f"{name}/qdqopt_hidden_{count}"
+            count += 1
+            gp.input.append(onnx.helper.make_value_info(hidden, constants[name]))
+            node.input[slot] = hidden
+            changed = True
+    return changed
+
+
+def _subgraph_types(gp: onnx.GraphProto, types: dict[str, onnx.TypeProto]) -> None:
+    """Add what inference found inside subgraphs (If/Loop/Scan bodies) to ``types``; ONNX names are unique across
+    scopes, and the enclosing graph's entry wins should one repeat."""
+    for node in gp.node:
+        for attr in node.attribute:
+            if attr.type != onnx.AttributeProto.GRAPH:
+                continue
+            sub = attr.g
+            _clear_invented_dims(sub, _dim_params(sub))
+            for v in [*sub.input, *sub.output, *sub.value_info]:
+                if v.HasField("type") and (not v.type.HasField("tensor_type") or v.type.tensor_type.elem_type):
+                    types.setdefault(v.name, v.type)
+            _subgraph_types(sub, types)
+
+
+def _dim_params(gp: onnx.GraphProto) -> set[str]:
+    """Every dim_param the model itself names (graph inputs, outputs, value_info)."""
+    names: set[str] = set()
+    for v in (*gp.input, *gp.output, *gp.value_info):
+        if v.type.HasField("tensor_type"):
+            names.update(d.dim_param for d in v.type.tensor_type.shape.dim if d.HasField("dim_param"))
+    return names
+
+
+def _clear_invented_dims(gp: onnx.GraphProto, declared: set[str]) -> None:
+    """ONNX shape inference names unknown dims ``unk__<n>``; ORT's inference leaves them unnamed."""
+    for v in (*gp.input, *gp.output, *gp.value_info):
+        if v.type.HasField("tensor_type"):
+            for d in v.type.tensor_type.shape.dim:
+                if d.HasField("dim_param") and d.dim_param.startswith("unk__") and d.dim_param not in declared:
+                    d.ClearField("dim_param")
+
+
+def _shapes(existing: onnx.TypeProto, inferred: onnx.TypeProto) -> tuple[onnx.TensorShapeProto, onnx.TensorShapeProto]:
+    return existing.tensor_type.shape, inferred.tensor_type.shape
+
+
+def shapes_conflict(existing: onnx.TypeProto, inferred: onnx.TypeProto) -> bool:
+    """Whether ONNX's ``mergeInShapeInfo`` of the inferred shape into the NodeArg's fails (rank or a value)."""
+    if not (existing.HasField("tensor_type") and inferred.HasField("tensor_type")):
+        return False
+    if not (existing.tensor_type.HasField("shape") and inferred.tensor_type.HasField("shape")):
+        return False
+    target, source = _shapes(existing, inferred)
+    if len(target.dim) != len(source.dim):
+        return True
+    return any(
+        s.HasField("dim_value") and t.HasField("dim_value") and s.dim_value != t.dim_value
+        for t, s in zip(target.dim, source.dim, strict=True)
+    )
+
+
+def lenient_merge(existing: onnx.TypeProto, inferred: onnx.TypeProto) -> onnx.TypeProto:
+    """ORT's ``MergeShapeInfo`` after a failed merge: the dims merged before the failing one stay merged, then
+    ``UnionShapeInfo`` clears the shape (other rank) or every dim that differs from the inferred one."""
+    out = onnx.TypeProto()
+    out.CopyFrom(existing)
+    target_type = out.tensor_type
+    source = inferred.tensor_type.shape
+    if len(target_type.shape.dim) != len(source.dim):
+        target_type.ClearField("shape")
+        return out
+    for t, s in zip(target_type.shape.dim, source.dim, strict=True):  # mergeInShapeInfo, up to the failure
+        if s.HasField("dim_value"):
+            if t.HasField("dim_value") and t.dim_value != s.dim_value:
+                break
+            t.dim_value = s.dim_value
+        elif s.HasField("dim_param") and not t.HasField("dim_value") and not t.HasField("dim_param"):
+            t.dim_param = s.dim_param
+    for t, s in zip(target_type.shape.dim, source.dim, strict=True):  # UnionShapeInfo
+        if s.HasField("dim_value"):
+            same = t.HasField("dim_value") and t.dim_value == s.dim_value
+        elif s.HasField("dim_param"):
+            same = t.HasField("dim_param") and t.dim_param == s.dim_param
+        else:
+            same = not (t.HasField("dim_value") or t.HasField("dim_param"))
+        if not same:
+            t.ClearField("dim_value")
+            t.ClearField("dim_param")
+    return out
+
+
+def merge_type(existing: onnx.TypeProto | None, inferred: onnx.TypeProto) -> onnx.TypeProto:
+    """``NodeArg::UpdateTypeAndShape`` of an inferred tensor type into a NodeArg's type, as a Resolve does.
+
+    No type yet: the inferred one. Otherwise the element type stays and the shapes merge as ONNX's
+    ``mergeInShapeInfo`` does: an inferred value fills an unknown or symbolic dim, an inferred symbol only an
+    unknown one, a known value stays; where they conflict (another rank, another value) ORT's lenient
+    ``UnionShapeInfo`` takes over (:func:`lenient_merge`).
+    """
+    out = onnx.TypeProto()
+    if existing is None or not existing.HasField("tensor_type") or not inferred.HasField("tensor_type"):
+        out.CopyFrom(existing if existing is not None else inferred)
+        return out
+    if not inferred.tensor_type.HasField("shape"):
+        out.CopyFrom(existing)
+        return out
+    if not existing.tensor_type.HasField("shape"):
+        out.CopyFrom(existing)
+        out.tensor_type.shape.CopyFrom(inferred.tensor_type.shape)
+        return out
+    if shapes_conflict(existing, inferred):
+        return lenient_merge(existing, inferred)
+    return fill_unknown(existing, inferred)
+
+
+def has_dim(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    """Whether the dim is known: a value or a symbolic name."""
+    return bool(dim.HasField("dim_value") or dim.HasField("dim_param"))
+
+
+def fill_unknown(existing: onnx.TypeProto, inferred: onnx.TypeProto | None) -> onnx.TypeProto:
+    """A Resolve after a rewrite: inference fills what the NodeArg's type leaves unknown, never overrides it.
+
+    (At load the inferred type wins; afterwards a conflicting re-inference keeps the existing type: observed on
+    1.32.0, e.g. a graph output whose producer a rewrite replaced by a scalar keeps its declared shape.)
+    """
+    if inferred is None or not existing.HasField("tensor_type") or not inferred.HasField("tensor_type"):
+        return existing
+    if not inferred.tensor_type.HasField("shape"):
+        return existing
+    if not existing.tensor_type.HasField("shape"):
+        merged = onnx.TypeProto()
+        merged.CopyFrom(existing)
+        merged.tensor_type.shape.CopyFrom(inferred.tensor_type.shape)
+        return merged
+    if len(existing.tensor_type.shape.dim) != len(inferred.tensor_type.shape.dim):
+        return existing
+    merged = onnx.TypeProto()
+    merged.CopyFrom(existing)
+    for target, source in zip(merged.tensor_type.shape.dim, inferred.tensor_type.shape.dim, strict=True):
+        if target.HasField("dim_value"):
+            continue
+        if source.HasField("dim_value"):  # ONNX's mergeInDimensionInfo: a value replaces a symbolic dim
+            target.dim_value = source.dim_value
+        elif source.HasField("dim_param") and not target.HasField("dim_param"):
+            target.dim_param = source.dim_param
+    return merged
+
+
+# ------------------------------------------------------------------------------------- Resolve, as partitioning sees it
+_MAX_ROUNDS = 8
+
+
+def infer_types(graph: Graph) -> None:
+    """Give the values of ``graph`` and its subgraphs the types ``Graph::Resolve`` would infer (set on the graph,
+    :meth:`Graph.set_value_type`), as the partitioner's kernel lookups need them.
+
+    ONNX shape inference over the current graph (nodes in ORT's topological order, declared value_info kept, the
+    types already known given, initializers as typed values without their data), plus a schema-driven propagation
+    for what ONNX cannot infer (contrib ops): an output whose formal type is a constraint takes the type of the first
+    typed input bound to the same constraint, or the constraint's only allowed type; repeated while that types
+    something new.
+    """
+    for _ in range(_MAX_ROUNDS):
+        model = onnx.ModelProto(ir_version=onnx.IR_VERSION)
+        for domain, version in sorted(root_of(graph).opsets.items()):
+            model.opset_import.append(onnx.helper.make_opsetid(domain, version))
+        model.functions.extend(local_functions(graph).values())  # calls of them are typed through their bodies
+        model.graph.CopyFrom(_resolve_graph(graph))
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        except Exception:  # onnx gave up on the whole model: keep what the schemas can tell
+            inferred = model
+        _store(graph, inferred.graph)
+        if not _propagate_by_schema(graph):
+            return
+
+
+def _resolve_graph(graph: Graph) -> onnx.GraphProto:
+    """The graph for ONNX shape inference: initializers as typed value_info (no data), the known types given."""
+    gp = onnx.GraphProto(name=graph.name or "g")
+    gp.input.extend(graph.inputs)
+    gp.output.extend(graph.outputs)
+    declared = {v.name for v in (*graph.inputs, *graph.outputs)}
+    for vi in graph.value_info:
+        if vi.name not in declared:
+            gp.value_info.append(vi)
+            declared.add(vi.name)
+    for name in graph.initializer_names():
+        tensor = graph.initializer(name)
+        if tensor is not None and name not in declared:
+            gp.value_info.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
+            declared.add(name)
+    order = graph.topological_order()
+    for node in order:
+        for value in (*node.inputs, *node.outputs):
+            if value and value not in declared:
+                known = graph.value_type(value) if graph.defines(value) else None
+                if known is not None:
+                    gp.value_info.append(onnx.helper.make_value_info(value, known))
+                declared.add(value)
+    for node in order:
+        proto = onnx.NodeProto(name=node.name, op_type=node.op_type, domain=node.domain)
+        proto.input.extend(node.inputs)
+        proto.output.extend(node.outputs)
+        for attr_name in node.attribute_order():
+            attr = node.attributes[attr_name]
+            sub = node.subgraphs.get(attr_name)
+            if sub is None:
+                proto.attribute.append(attr)
+            else:
+                proto.attribute.append(onnx.helper.make_attribute(attr_name, _resolve_graph(sub)))
+        gp.node.append(proto)
+    return gp
+
+
+def _store(graph: Graph, inferred: onnx.GraphProto) -> None:
+    for vi in (*inferred.input, *inferred.output, *inferred.value_info):
+        if vi.HasField("type") and type_string(vi.type) is not None:
+            graph.set_value_type(vi.name, vi.type)
+    for name in graph.initializer_names():
+        tensor = graph.initializer(name)
+        if tensor is not None:
+            graph.set_value_type(name, onnx.helper.make_tensor_type_proto(tensor.data_type, None))
+    protos = list(inferred.node)
+    order = graph.topological_order()
+    if len(protos) != len(order):
+        return
+    for node, proto in zip(order, protos, strict=True):
+        for attr in proto.attribute:
+            sub = node.subgraphs.get(attr.name)
+            if sub is not None and attr.HasField("g"):
+                _store(sub, attr.g)
+
+
+def _propagate_by_schema(graph: Graph) -> bool:
+    """Type outputs ONNX inference left unknown from their schema; True if any new type was found."""
+    found = False
+    for node in graph.topological_order():
+        for sub in node.subgraphs.values():
+            found = _propagate_by_schema(sub) or found
+        schema = node_schema(node)
+        if schema is None or not schema.outputs:
+            continue
+        counts = input_arg_counts(schema, len(node.inputs))
+        for slot, value in enumerate(node.outputs):
+            if not value or graph.value_type(value) is not None:
+                continue
+            formal = schema.outputs[min(slot, len(schema.outputs) - 1)]
+            guessed = _type_for_formal(graph, node, schema, formal.type_str, counts)
+            if guessed is not None:
+                graph.set_value_type(value, guessed)
+                found = True
+    return found
+
+
+def _type_for_formal(
+    graph: Graph, node: Node, schema: Schema, type_str: str, counts: list[int]
+) -> onnx.TypeProto | None:
+    if type_str not in schema.constraint_names:
+        return parse_type_string(type_str)
+    start = 0
+    for index, formal in enumerate(schema.inputs[: len(counts)]):
+        if formal.type_str == type_str:
+            for value in node.inputs[start : start + counts[index]]:
+                known = graph.value_type(value) if value else None
+                if known is not None:  # the type the parameter binds, without the input's shape
+                    return parse_type_string(type_string(known) or "") or known
+        start += counts[index]
+    allowed = dict(schema.type_constraints)[type_str]
+    if len(allowed) == 1:
+        return parse_type_string(next(iter(allowed)))
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- Resolve with shape data
+def infer_with_data(root: Graph) -> onnx.GraphProto:
+    """ONNX shape inference over the current graph, with the data of constant initializers and with data
+    propagation (ORT's ``InferenceContextImpl::getInputData`` hands constant initializers to the inference functions
+    and 1.32 propagates shape values): the inferred graph (the graph as given when ONNX gives up), for
+    :class:`~qdqopt.graph.core.Graph` to keep per graph (``View.DATA``)."""
+    model = onnx.ModelProto(ir_version=onnx.IR_VERSION)
+    for domain, version in sorted(root.opsets.items()):
+        model.opset_import.append(onnx.helper.make_opsetid(domain, version))
+    model.graph.CopyFrom(_data_graph(root))
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:  # onnx gave up: keep the declared types
+        inferred = model
+    return inferred.graph
+
+
+def _data_graph(graph: Graph) -> onnx.GraphProto:
+    gp = onnx.GraphProto(name=graph.name or "g")
+    gp.input.extend(graph.inputs)
+    gp.output.extend(graph.outputs)
+    gp.value_info.extend(graph.value_info)
+    for name in graph.initializer_names():
+        tensor = graph.initializer(name)
+        assert tensor is not None
+        if (
+            tensor.data_location == onnx.TensorProto.EXTERNAL
+            or not graph.is_constant_initializer(name)
+            or not _shape_relevant(tensor)
+        ):
+            if not any(i.name == name for i in graph.inputs):
+                gp.value_info.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
+            continue
+        gp.initializer.append(tensor)
+    for node in graph.topological_order():
+        proto = onnx.NodeProto(name=node.name, op_type=node.op_type, domain=node.domain)
+        proto.input.extend(node.inputs)
+        proto.output.extend(node.outputs)
+        for attr_name in node.attribute_order():
+            sub = node.subgraphs.get(attr_name)
+            if sub is None:
+                proto.attribute.append(node.attributes[attr_name])
+            else:
+                proto.attribute.append(onnx.helper.make_attribute(attr_name, _data_graph(sub)))
+        gp.node.append(proto)
+    return gp
+
+
+#: the largest initializer (in elements) whose data shape inference is given: a shape, axes, scales, pads, a k, a
+#: Range's bounds are never bigger; the weights are, and only their type and dims matter to inference
+_SHAPE_DATA_MAX = 4096
+
+
+def _shape_relevant(tensor: onnx.TensorProto) -> bool:
+    count = 1
+    for dim in tensor.dims:
+        count *= dim
+    return count <= _SHAPE_DATA_MAX
+
+
+def infer_node_output(
+    graph: Graph,
+    node: Node,
+    name: str,
+    known: dict[str, onnx.TypeProto],
+    memo: dict[tuple[str, int], onnx.TypeProto | None],
+) -> onnx.TypeProto | None:
+    """The type ONNX's inference gives output ``name`` of ``node`` from its inputs' types alone: an initializer's from
+    its tensor (with the data of a small constant one), any other input's from ``known`` (the graph's last inference)
+    or ``memo`` (values typed node by node before, by value and producer index); None when an input is untyped, the
+    op has no ONNX schema or its inference function gives up."""
+    opset = graph.opset(node.domain)
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset or 0, node.domain)
+    except onnx.defs.SchemaError:
+        return None
+    input_types: dict[str, onnx.TypeProto] = {}
+    input_data: dict[str, onnx.TensorProto] = {}
+    for value in node.inputs:
+        if not value or value in input_types:
+            continue
+        tensor = graph.initializer(value)
+        if tensor is not None:
+            input_types[value] = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+            if graph.is_constant_initializer(value) and _shape_relevant(tensor):
+                input_data[value] = tensor
+            continue
+        found = known.get(value) or memo.get((value, producer_index(graph, value)))
+        if found is None:
+            return None
+        input_types[value] = found
+    proto = onnx.NodeProto(op_type=node.op_type, domain=node.domain, input=node.inputs, output=node.outputs)
+    proto.attribute.extend(node.attributes[a] for a in node.attribute_order())
+    try:
+        outputs = onnx.shape_inference.infer_node_outputs(
+            schema, proto, input_types, input_data, opset_imports=[onnx.helper.make_opsetid(node.domain, opset or 0)]
+        )
+    except Exception:  # onnx's inference function gave up: the whole graph's inference decides
+        return None
+    return outputs.get(name)
