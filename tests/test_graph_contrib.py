@@ -19,9 +19,8 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
 import qdqopt
-from qdqopt.graph import contrib, load_model
+from qdqopt.graph import View, contrib, load_model
 from qdqopt.graph.contrib import nchwc
-from qdqopt.passes.graph_utils import value_elem_type, value_shape
 from qdqopt.reference import run_reference
 from qdqopt.target import Target
 from tests.conftest import CORPUS
@@ -333,8 +332,8 @@ def test_inferred_type_matches_ort(case: str) -> None:
         assert got == expected
         # what the passes read (NodeArg type of the loaded graph)
         elem = expected.tensor_type.elem_type if expected is not None else 0
-        assert (value_elem_type(loaded.graph, name) or 0) == elem
-        assert value_shape(loaded.graph, name) == _dims(expected)
+        assert (loaded.graph.elem_type(name, view=View.DATA) or 0) == elem
+        assert loaded.graph.shape(name, view=View.DATA) == _dims(expected)
 
 
 # ----------------------------------------------------------------------------- ops without a CPU kernel in this build

@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 from qdqopt.graph import contrib
-from qdqopt.graph.core import Changes, Edge, Graph, Node
+from qdqopt.graph.core import Changes, Edge, Graph, Node, ShapeDims, View, dim_values, dims_equal
 from qdqopt.graph.model import Model, load_model, save_model
 
-__all__ = ["Changes", "Edge", "Graph", "Model", "Node", "load_model", "save_model"]
+__all__ = [
+    "Changes",
+    "Edge",
+    "Graph",
+    "Model",
+    "Node",
+    "ShapeDims",
+    "View",
+    "dim_values",
+    "dims_equal",
+    "load_model",
+    "save_model",
+]
 
 contrib.register()  # ORT's contrib-op shape inference, for Resolve and save (see qdqopt.graph.contrib)

@@ -22,6 +22,11 @@ What it mirrors from ``onnxruntime/core/graph/graph.cc`` (spec §2):
   unused initializers (``name_to_initial_tensor_`` order), then the unused *untyped* NodeArgs (``node_args_`` order),
   the main graph first, then each node's subgraphs in its attribute-map order (``Node::Init`` creates them so), and
   reports each removal as an event (:mod:`qdqopt.events`) in ORT's words.
+* **NodeArg types.** What a pass asks of a value goes through :meth:`Graph.shape`, :meth:`Graph.elem_type` and
+  :meth:`Graph.type_proto` (``NodeArg::Shape()``, ``TypeAsProto()``): an initializer's tensor type, a graph input's
+  declared type, else the type the last Resolve gave the NodeArg as one of three emulations of it reads it
+  (:class:`View`). The graph holds the inferred types and decides when to infer again; the inference itself is
+  :mod:`qdqopt.graph.inference`.
 
 Passes see :class:`Node` records and value names; they change the graph only through :class:`Graph` methods, which
 keep edges, producers and the *modified* flag consistent. networkx never leaves this module.
@@ -30,6 +35,7 @@ keep edges, producers and the *modified* flag consistent. networkx never leaves 
 from __future__ import annotations
 
 import collections
+import enum
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import overload
@@ -41,11 +47,98 @@ from onnx import numpy_helper
 
 from qdqopt.errors import ModelError
 from qdqopt.events import Kind, emit, remove_initializer_text, remove_nodearg_text
+from qdqopt.graph import inference
 from qdqopt.graph.order import ort_topological_order
 from qdqopt.graph.schema import OpSchema, lookup, normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
 
-__all__ = ["Changes", "Edge", "Graph", "Node"]
+__all__ = ["Changes", "Edge", "Graph", "Node", "ShapeDims", "View", "dim_values", "dims_equal", "merge_declared"]
+
+#: A NodeArg shape (``NodeArg::Shape()``): one entry per dim, an int for a ``dim_value``, a str for a ``dim_param``
+#: the model or ORT gave (the ``unk__<n>`` names ONNX's inference invents stand for dims ORT leaves unknown), None for
+#: an unknown dim.
+ShapeDims = list[int | str | None]
+
+
+class View(enum.Enum):
+    """Which of qdqopt's emulations of ORT's NodeArg types a query reads (:meth:`Graph.shape`,
+    :meth:`Graph.elem_type`, :meth:`Graph.type_proto`).
+
+    In ORT every NodeArg has the type the last ``Graph::Resolve`` inferred (after each pass that changed the graph),
+    or the one the running pass gave it; a NodeArg the pass created without a type has none until the next Resolve.
+    qdqopt infers lazily, and three emulations of that state coexist, each with the passes its answers were matched
+    against ORT on (they differ in what the inference is given and in when it runs again):
+
+    * ``PASS``: the types :func:`~qdqopt.graph.inference.infer_types` gave (the Resolve the partitioner runs: no
+      initializer data; contrib outputs typed from their schema) plus the types passes set, as a pass application
+      sees them: a value made since the pass began (:meth:`Graph.begin_pass`) is untyped; a value without a type or
+      a shape makes the inference run again, once per pass application. What most passes read.
+    * ``FILLED``: shapes only, as ConstantFolding (and WeightBiasQuantization) need them complete: a graph input's
+      declared shape, an initializer's dims, else the ``PASS`` types with the dims value_info or the outputs declare
+      filling those left unknown; while a dim is unknown the inference runs again, once per pass application. A value
+      the pass made counts.
+    * ``DATA``: the types ONNX's inference gives with the data of small constant initializers and with shape-value
+      propagation (:func:`~qdqopt.graph.inference.infer_with_data`: ``InferenceContext::getInputData``, as the
+      Level1 rules and the transpose optimizer see shapes computed from constants), kept per graph and run again only
+      when a value without a type is asked for after nodes were added or removed; the element type of a value made
+      since is inferred node by node from its producers.
+    """
+
+    PASS = "pass"
+    FILLED = "filled"
+    DATA = "data"
+
+
+def dim_values(shape: ShapeDims | None) -> list[int | None] | None:
+    """The dims of ``shape`` as values (``TensorShapeProto_Dimension::dim_value``): a symbolic dim is None too."""
+    return None if shape is None else [d if isinstance(d, int) else None for d in shape]
+
+
+def dims_equal(a: int | str | None, b: int | str | None) -> bool:
+    """ORT's ``operator==`` on two dims of :data:`ShapeDims`: equal values, or equal non-empty symbols; an unknown dim
+    equals nothing, and neither does a symbol ONNX's inference invented (in a shape read ``as_written``)."""
+    return a is not None and a != "" and not (isinstance(a, str) and a.startswith("unk__")) and a == b
+
+
+def _shape_dims(shape: onnx.TensorShapeProto, as_written: bool) -> ShapeDims:
+    dims: ShapeDims = []
+    for dim in shape.dim:
+        if dim.HasField("dim_value"):
+            dims.append(int(dim.dim_value))
+        elif dim.HasField("dim_param") and (as_written or not dim.dim_param.startswith("unk__")):
+            # ORT leaves a dim it cannot infer empty; onnx's inference names it unk__<n>
+            dims.append(str(dim.dim_param))
+        else:
+            dims.append(None)
+    return dims
+
+
+def _declared_input_type(graph: Graph, name: str) -> onnx.TypeProto | None:
+    for vi in graph.inputs:
+        if vi.name == name and vi.HasField("type"):
+            return vi.type
+    return None
+
+
+def _declared_shape(graph: Graph, name: str) -> list[int | None] | None:
+    """The dims a graph input, output or value_info entry declares for ``name``, as values (None: none declared)."""
+    for vi in (*graph.inputs, *graph.outputs, *graph.value_info):
+        if vi.name == name and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            return [int(d.dim_value) if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+    return None
+
+
+def merge_declared(graph: Graph, name: str, inferred: Sequence[int | None] | None) -> list[int | None] | None:
+    """ORT merges an inferred shape into the NodeArg's existing (declared) one: known dims win (dims as values, see
+    :func:`dim_values`)."""
+    declared = _declared_shape(graph, name)
+    if declared is None:
+        return None if inferred is None else list(inferred)
+    if inferred is None:
+        return declared
+    if len(declared) != len(inferred):
+        return list(inferred)
+    return [i if i is not None else d for i, d in zip(inferred, declared, strict=True)]
 
 
 @dataclass(frozen=True, order=True)
@@ -244,7 +337,7 @@ class Graph:
         # state
         self.modified = False
         self.original_nodes: list[onnx.NodeProto] = []
-        # NodeArg types, as Resolve infers them (filled by qdqopt.partition.infer_types and the passes that type
+        # NodeArg types, as Resolve infers them (filled by qdqopt.graph.inference.infer_types and the passes that type
         # the values they create)
         self._types: dict[str, onnx.TypeProto] = {}
         # NodeArg types a pass set outright (ORT's NodeArg::SetShape / SetType): what the saver writes for the value,
@@ -257,11 +350,21 @@ class Graph:
         # value -> ``resolves`` when a pass last gave the value a producer (what decides how ORT's lenient
         # shape merge ends for it, see :meth:`production_generation`)
         self._produced_at: dict[str, int] = {}
+        # the pass application under way (see :meth:`begin_pass`): the values first known since it began (None: no
+        # pass began), and whether it had the types inferred again (``View.PASS``/``View.FILLED``)
+        self._pass_new: set[str] | None = None
+        self._pass_refreshed = False
+        # ``View.DATA``: the types the last inference with data gave this graph's values (None: none ran), the
+        # structure it ran on (kept by the main graph), and the types inferred node by node since, by value and
+        # producer index
+        self._data_types: dict[str, onnx.TypeProto] | None = None
+        self._data_typed_at: tuple[int, ...] | None = None
+        self._node_types: dict[tuple[str, int], onnx.TypeProto | None] = {}
 
     def clone(self, parent: Graph | None = None, parent_node: Node | None = None) -> Graph:
-        """An independent copy (nodes, edges, values, initializers, names, counters; subgraphs cloned too), for a
-        pass that tries a rewrite before deciding. Initializer tensors and attribute protos are shared: passes
-        replace them, never edit them in place."""
+        """An independent copy (nodes, edges, values, initializers, names, counters, the types inferred so far;
+        subgraphs cloned too), for a pass that tries a rewrite before deciding. Initializer tensors and attribute
+        protos are shared: passes replace them, never edit them in place."""
         new = Graph.__new__(Graph)
         new.__dict__.update(self.__dict__)
         new.parent = parent if parent is not None else self.parent
@@ -297,6 +400,9 @@ class Graph:
         new._pinned = dict(self._pinned)
         new._kept = dict(self._kept)
         new._produced_at = dict(self._produced_at)
+        new._pass_new = None if self._pass_new is None else set(self._pass_new)
+        new._data_types = None if self._data_types is None else dict(self._data_types)
+        new._node_types = {}  # the copy infers node by node on its own
         new._nodes = {}
         for index, node in self._nodes.items():
             copied = Node(
@@ -593,10 +699,13 @@ class Graph:
 
     # ------------------------------------------------------------------ value types
     def value_type(self, name: str) -> onnx.TypeProto | None:
-        """The type of the value's NodeArg, or None when unknown.
+        """The type the graph holds for the value's NodeArg, or None: what the last
+        :func:`~qdqopt.graph.inference.infer_types` gave it (the Resolve partitioning runs), or a pass set since
+        (:meth:`set_value_type`); nothing is inferred here.
 
-        A value this graph reads from an enclosing scope has the enclosing graph's type. Types are what
-        :func:`qdqopt.partition.infer_types` inferred, plus what passes set since (:meth:`set_value_type`).
+        A value this graph reads from an enclosing scope has the enclosing graph's type. What a pass asks of a value
+        goes through :meth:`shape`, :meth:`elem_type` and :meth:`type_proto`, which also know initializers and
+        declared inputs; kernel matching and InsertCast read this directly.
         """
         found = self._types.get(name)
         if found is None and self.parent is not None and not self._defined_here(name):
@@ -637,6 +746,217 @@ class Graph:
         (:meth:`pin_value_type`), and those kept (:meth:`keep_value_type`) for values no node produces now."""
         kept = {n: t for n, t in self._kept.items() if n not in self._producer}
         return {**kept, **self._pinned}
+
+    # ------------------------------------------------------------------ what passes ask of a value
+    def begin_pass(self) -> None:
+        """A pass application on this graph begins (``GraphTransformer::ApplyImpl`` after a Resolve): what
+        ``View.PASS`` calls untyped, and when ``View.PASS``/``View.FILLED`` may infer again, count from here.
+        :class:`~qdqopt.passes.base.GraphTransformer` calls it before ``unsupported`` and each ``apply_impl``."""
+        self._pass_new = set()
+        self._pass_refreshed = False
+
+    def shape(self, value: str, *, view: View = View.PASS, as_written: bool = False) -> ShapeDims | None:
+        """``NodeArg::Shape()``: the value's dims (see :data:`ShapeDims`), or None when its shape is unknown.
+
+        An initializer's NodeArg has the tensor's dims, a graph input's its declared shape; any other value's is the
+        type the last Resolve gave it, as ``view`` emulates it (:class:`View`). ``as_written`` keeps the dim_param
+        names ONNX's inference invents (``unk__<n>``), which otherwise read as unknown dims (ORT invents none), for
+        the passes that compare or copy names as the type holds them.
+        """
+        if view is View.DATA:
+            return self._data_shape(value, as_written)
+        if view is View.FILLED:
+            filled = self._filled_shape(value)
+            return None if filled is None else [*filled]
+        found = self.type_proto(value)
+        if found is None or found.WhichOneof("value") != "tensor_type" or not found.tensor_type.HasField("shape"):
+            return None
+        return _shape_dims(found.tensor_type.shape, as_written)
+
+    def elem_type(self, value: str, *, view: View = View.PASS) -> int | None:
+        """``TypeAsProto()->tensor_type().elem_type()``: the value's element type (``TensorProto.DataType``), None
+        when unknown or not a tensor. An initializer's is its tensor's; any other value's as ``view`` emulates the
+        NodeArg's type (``View.PASS`` or ``View.DATA``; ``View.FILLED`` is for shapes only)."""
+        if view is View.DATA:
+            return self._data_elem_type(value)
+        if view is View.FILLED:
+            raise ValueError("View.FILLED answers shapes only")
+        found = self.type_proto(value)
+        if found is None or found.WhichOneof("value") != "tensor_type" or not found.tensor_type.elem_type:
+            return None
+        return int(found.tensor_type.elem_type)
+
+    def type_proto(self, value: str) -> onnx.TypeProto | None:
+        """``NodeArg::TypeAsProto()`` as a pass application sees it (``View.PASS``), or None.
+
+        An initializer's NodeArg (of this graph or, unless a local value shadows it, an enclosing one) has the
+        tensor's type and dims, unless a graph input of that name declares it; a graph input of this graph has its
+        declared type; a value made since the pass began is untyped; any other value has the type :meth:`value_type`
+        holds. When that is none, or has no shape, the whole model's types are inferred again (once per pass
+        application, :func:`~qdqopt.graph.inference.infer_types`): ORT would have typed it at the last Resolve.
+        """
+        if not value:
+            return None
+        owner = self.initializer_owner(value)
+        if owner is not None:
+            declared = _declared_input_type(owner, value)
+            if declared is not None:
+                return declared
+            tensor = owner.initializer(value)
+            assert tensor is not None
+            return onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+        declared = _declared_input_type(self, value)
+        if declared is not None:
+            return declared
+        if value not in self._known_values or (self._pass_new is not None and value in self._pass_new):
+            return None  # created by this pass: untyped until Resolve
+        found = self.value_type(value)
+        shapeless = found is not None and found.HasField("tensor_type") and not found.tensor_type.HasField("shape")
+        if (found is None or shapeless) and not self._pass_refreshed:
+            # a value a pass typed without a shape (InsertCast's Casts) has the shape the last Resolve inferred
+            self._pass_refreshed = True
+            inference.infer_types(inference.root_of(self))
+            found = self.value_type(value)
+        return found
+
+    def _filled_shape(self, value: str) -> list[int | None] | None:
+        """``View.FILLED``: see :class:`View`."""
+        scope: Graph | None = self
+        while scope is not None:
+            if value in scope.graph_input_names():
+                return _declared_shape(scope, value)
+            tensor = scope.initializer(value)
+            if tensor is not None:
+                return [int(d) for d in tensor.dims]
+            if scope.defines(value):
+                break
+            scope = scope.parent
+        found = merge_declared(self, value, self._typed_dims(value))
+        if found is not None and all(d is not None for d in found):
+            return found
+        if not self._pass_refreshed:
+            self._pass_refreshed = True
+            inference.infer_types(inference.root_of(self))
+            found = merge_declared(self, value, self._typed_dims(value))
+        return found
+
+    def _typed_dims(self, value: str) -> list[int | None] | None:
+        found = self.value_type(value)
+        if found is None or not found.HasField("tensor_type") or not found.tensor_type.HasField("shape"):
+            return None
+        return [int(d.dim_value) if d.HasField("dim_value") else None for d in found.tensor_type.shape.dim]
+
+    def _data_elem_type(self, value: str) -> int | None:
+        """``View.DATA``'s element type: see :class:`View`."""
+        if not value:
+            return None
+        tensor = self.constant_initializer(value)
+        if tensor is None and value in self._inits:
+            tensor = self._inits[value]
+        if tensor is not None:
+            return int(tensor.data_type)
+        known = self._data_types
+        if known is not None and value not in known:  # a value made since the last inference
+            local = self._node_type(value)
+            if local is not None and local.HasField("tensor_type") and local.tensor_type.elem_type:
+                return int(local.tensor_type.elem_type)
+        found = self._data_type(value)
+        if found is None or not found.HasField("tensor_type"):
+            return None
+        return int(found.tensor_type.elem_type) or None
+
+    def _data_shape(self, value: str, as_written: bool = False) -> ShapeDims | None:
+        """``View.DATA``'s shape: an initializer's dims (unless a graph input of that name declares the type), a graph
+        input's declared shape, the inferred one; a value read from an enclosing scope has that scope's."""
+        if not value:
+            return None
+        declared = next((i for i in self.inputs if i.name == value), None)
+        tensor = self._inits.get(value)
+        if tensor is not None and declared is None:
+            return [int(d) for d in tensor.dims]
+        found = declared.type if declared is not None else self._data_type(value)
+        if found is None or not found.HasField("tensor_type"):
+            if found is None and self.parent is not None and not self.defines(value):
+                return self.parent._data_shape(value, as_written)
+            return None
+        if not found.tensor_type.HasField("shape"):
+            return None
+        return _shape_dims(found.tensor_type.shape, as_written)
+
+    def _data_type(self, value: str) -> onnx.TypeProto | None:
+        """The type the last inference with data gave the value; the inference runs (again) when the value has none
+        and nodes were added or removed since (ORT infers at each Resolve, so a NodeArg's type is stable between
+        passes)."""
+        known = self._data_types
+        if known is not None and value in known:
+            return known[value]
+        root = inference.root_of(self)
+        if known is not None and root._data_typed_at == root._structure_stamp():
+            return None
+        root._keep_data_types(inference.infer_with_data(root))
+        root._data_typed_at = root._structure_stamp()
+        return (self._data_types or {}).get(value)
+
+    def _keep_data_types(self, inferred: onnx.GraphProto) -> None:
+        types = self._data_types
+        if types is None:
+            types = self._data_types = {}
+        for vi in (*inferred.input, *inferred.output, *inferred.value_info):
+            if vi.HasField("type"):
+                types[vi.name] = vi.type
+        order = self.topological_order()
+        if len(order) != len(inferred.node):
+            return
+        for node, proto in zip(order, inferred.node, strict=True):
+            for attr in proto.attribute:
+                sub = node.subgraphs.get(attr.name)
+                if sub is not None and attr.HasField("g"):
+                    sub._keep_data_types(attr.g)
+
+    def _structure_stamp(self) -> tuple[int, ...]:
+        """Changes whenever a node is added to or removed from the graph or a nested one."""
+        out = [self.max_node_index(), len(self)]
+        for _, _, sub in self.subgraphs():
+            out.extend(sub._structure_stamp())
+        return tuple(out)
+
+    def _node_type(self, value: str) -> onnx.TypeProto | None:
+        """The type ONNX's inference gives a value made since the last inference with data, node by node from the
+        values that inference typed (``InferAndVerifyTypeMatch`` of each producer in turn, as Resolve runs it); None
+        where that is not enough (an op ONNX has no schema for, a subgraph, a graph input of unknown type)."""
+        known = self._data_types or {}
+        memo = self._node_types
+        pending = [value]
+        while pending:  # depth first, each producer after the producers of its inputs
+            current = pending[-1]
+            node = self.producer(current)
+            if node is None or node.subgraphs:
+                return None
+            key = (current, node.index)
+            if key in memo:
+                pending.pop()
+                continue
+            missing = [
+                v
+                for v in node.inputs
+                if v and v not in known and v not in self._inits and (v, inference.producer_index(self, v)) not in memo
+            ]
+            if missing:
+                if len(pending) > len(self):
+                    return None
+                pending.extend(missing)
+                continue
+            pending.pop()
+            memo[key] = inference.infer_node_output(self, node, current, known, memo)
+        node = self.producer(value)
+        return memo.get((value, node.index)) if node is not None else None
+
+    def refine_data_type(self, value: str, inferred: onnx.TypeProto) -> None:
+        """Merge a type a pass re-inferred for a value (``Graph::UpdateShapeInference``) into the types ``View.DATA``
+        reads, as the NodeArg's type is updated in ORT (nothing to do while none are held: they are inferred from
+        the graph as it is when first asked for)."""
+        if self._data_types is not None:
+            self._data_types[value] = inference.merge_type(self._data_types.get(value), inferred)
 
     # ------------------------------------------------------------------ initializers
     def initializer_names(self, *, verbatim: bool = False) -> list[str]:
@@ -905,7 +1225,11 @@ class Graph:
     # ------------------------------------------------------------------ internals
     def _known(self, value: str) -> None:
         if value:
-            self._known_values.add(value)
+            known = self._known_values
+            if value not in known:
+                known.add(value)
+                if self._pass_new is not None:
+                    self._pass_new.add(value)
             self._arg_map.insert(value)
 
     def _since_version(self, node: Node) -> int | None:
@@ -1014,4 +1338,9 @@ _CLONED_FIELDS = {
     "_kept",
     "resolves",
     "_produced_at",
+    "_pass_new",
+    "_pass_refreshed",
+    "_data_types",
+    "_data_typed_at",
+    "_node_types",
 }

@@ -30,6 +30,7 @@ from qdqopt.graph.schema import (
     input_arg_counts,
     local_functions,
     node_schema,
+    normalize_domain,
     parse_type_string,
     type_string,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "producer_index",
     "root_of",
     "shapes_conflict",
+    "update_shape_inference",
 ]
 
 
@@ -547,3 +549,78 @@ def infer_node_output(
     except Exception:  # onnx's inference function gave up: the whole graph's inference decides
         return None
     return outputs.get(name)
+
+
+# ------------------------------------------------------------------------------------------ UpdateShapeInference
+def update_shape_inference(graph: Graph, node: Node) -> None:
+    """``Graph::UpdateShapeInference``: run the node's type and shape inference again and merge the result into its
+    outputs' types (``InferAndVerifyTypeMatch``, ``NodeArg::UpdateTypeAndShape``).
+
+    The inference sees each input's current type (an initializer's from its dims, a graph input's as declared, any
+    other value's as typed so far) and the data of the constant initializers it reads (``getInputData``), so a node
+    whose shape input a fold just made constant (a Resize's ``sizes``, a Slice's ``ends``) gets its output shape,
+    which the nodes after it then see in turn. A value's known dims stay; inferred values fill unknown or symbolic
+    dims (ONNX's ``mergeInShapeInfo``; on a conflict, ORT's lenient ``UnionShapeInfo``). An op ONNX has no schema
+    for, or whose inference fails, keeps its types. The merged type is also recorded as the type the value had if
+    a later pass takes its producer (:meth:`Graph.keep_value_type`): ORT's NodeArg keeps it.
+    """
+    schema = _onnx_schema(graph, node)
+    if schema is None:
+        return
+    input_types: dict[str, onnx.TypeProto] = {}
+    input_data: dict[str, onnx.TensorProto] = {}
+    for name in node.inputs:
+        if not name or name in input_types:
+            continue
+        found = _input_type(graph, name)
+        if found is None:
+            return  # an untyped input: ORT's inference fails the same way and types nothing new
+        input_types[name] = found
+        tensor = graph.constant_initializer(name)
+        if tensor is not None and tensor.data_location != onnx.TensorProto.EXTERNAL:
+            input_data[name] = tensor
+    proto = onnx.NodeProto(name=node.name, op_type=node.op_type, domain=node.domain)
+    proto.input.extend(node.inputs)
+    proto.output.extend(node.outputs)
+    proto.attribute.extend(node.attributes[a] for a in node.attribute_order())
+    opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in sorted(graph.opsets.items())]
+    try:
+        inferred = onnx.shape_inference.infer_node_outputs(schema, proto, input_types, input_data, opset_imports=opsets)
+    except Exception:  # ONNX's inference rejected the node: its outputs keep their types
+        return
+    for name in node.outputs:
+        found = inferred.get(name)
+        if not name or found is None or not found.HasField("tensor_type"):
+            continue
+        merged = merge_type(graph.value_type(name), found)
+        graph.set_value_type(name, merged)
+        graph.keep_value_type(name, merged)
+        graph.refine_data_type(name, found)
+
+
+def _onnx_schema(graph: Graph, node: Node) -> onnx.defs.OpSchema | None:
+    domain = normalize_domain(node.domain)
+    version = graph.opsets.get(domain)
+    if version is None:
+        return None
+    try:
+        return onnx.defs.get_schema(node.op_type, version, domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+def _input_type(graph: Graph, name: str) -> onnx.TypeProto | None:
+    """The input's NodeArg type: an initializer's from its tensor (unless a graph input declares it), a graph input's
+    as declared, any other value's as the graph core has it."""
+    scope: Graph | None = graph
+    while scope is not None:
+        for vi in scope.inputs:
+            if vi.name == name:
+                return vi.type if vi.HasField("type") else None
+        tensor = scope.initializer(name)
+        if tensor is not None:
+            return onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+        if scope.defines(name):
+            break
+        scope = scope.parent
+    return graph.value_type(name)

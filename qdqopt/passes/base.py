@@ -60,10 +60,14 @@ class GraphTransformer(ABC):
         """Run the pass on the main graph, then resolve it if it changed anything.
 
         Raises :class:`Unsupported` (graph untouched) when the pass does not cover this graph (:meth:`unsupported`).
+        ``unsupported`` and each ``apply_impl`` (subgraphs included, :meth:`recurse`) see the graph's NodeArg types
+        as a pass application does (:meth:`Graph.begin_pass <qdqopt.graph.Graph.begin_pass>`).
         """
+        graph.begin_pass()
         reason = self.unsupported(graph, ctx)
         if reason is not None:
             raise Unsupported(self.name, reason)
+        graph.begin_pass()
         modified = self.apply_impl(graph, ctx, graph_level=0)
         if modified:
             graph.resolve()
@@ -100,6 +104,7 @@ class GraphTransformer(ABC):
         """``GraphTransformer::Recurse``: apply to each subgraph of ``node``, marking a changed one modified."""
         modified = False
         for sub in node.subgraphs.values():
+            sub.begin_pass()
             if self.apply_impl(sub, ctx, graph_level + 1):
                 sub.modified = True
                 modified = True

@@ -40,10 +40,9 @@ from __future__ import annotations
 
 import onnx
 
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, ShapeDims, dims_equal
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import is_supported_op, node_produces_graph_output, output_nodes
-from qdqopt.passes.qdq_util import Dim, ValueTypes, dims_equal
 
 __all__ = ["BiasDropoutFusion"]
 
@@ -51,20 +50,20 @@ MS_DOMAIN = "com.microsoft"
 _ADD = (7, 13, 14)
 
 
-def same_shape(a: list[Dim], b: list[Dim]) -> bool:
+def same_shape(a: ShapeDims, b: ShapeDims) -> bool:
     """``IsSameShape``: the same rank and every dim equal (ORT's ``operator==`` on dims)."""
     return len(a) == len(b) and all(dims_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
-def _same_last_dim(a: Dim, b: Dim) -> bool:
-    if a.HasField("dim_value") and b.HasField("dim_value"):
-        return a.dim_value == b.dim_value
-    return a.HasField("dim_param") and b.HasField("dim_param") and a.dim_param == b.dim_param
+def _same_last_dim(a: int | str | None, b: int | str | None) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return isinstance(a, str) and isinstance(b, str) and a == b
 
 
-def _shapes(types: ValueTypes, node: Node) -> tuple[list[Dim], list[Dim]] | None:
-    """Both input shapes, each known and of rank >= 1."""
-    a, b = types.shape(node.inputs[0]), types.shape(node.inputs[1])
+def _shapes(graph: Graph, node: Node) -> tuple[ShapeDims, ShapeDims] | None:
+    """Both input shapes, each known and of rank >= 1 (dim_param names as written: ONNX's unk__<n> too)."""
+    a, b = graph.shape(node.inputs[0], as_written=True), graph.shape(node.inputs[1], as_written=True)
     if not a or not b:
         return None
     return a, b
@@ -77,15 +76,14 @@ class BiasDropoutFusion(GraphTransformer):
     compatible_eps = ("CUDAExecutionProvider",)
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, types, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
 
-    def _fuse(self, graph: Graph, types: ValueTypes, add: Node) -> bool:
+    def _fuse(self, graph: Graph, add: Node) -> bool:
         if not is_supported_op(add, "Add", _ADD) or not self.node_is_compatible(add):
             return False
         if len(graph.output_edges(add)) != 1 or node_produces_graph_output(graph, add):
             return False
-        shapes = _shapes(types, add)
+        shapes = _shapes(graph, add)
         if shapes is None:
             return False
         a, b = shapes
@@ -116,7 +114,7 @@ class BiasDropoutFusion(GraphTransformer):
             fused.append(grad)
         elif len(dropout.outputs) > 1:
             outputs.append(dropout.outputs[1])
-        residual = self._residual_add(graph, types, dropout)
+        residual = self._residual_add(graph, dropout)
         if residual is None:
             inputs.append("")
         else:
@@ -167,7 +165,7 @@ class BiasDropoutFusion(GraphTransformer):
         return None
 
     @staticmethod
-    def _residual_add(graph: Graph, types: ValueTypes, dropout: Node) -> Node | None:
+    def _residual_add(graph: Graph, dropout: Node) -> Node | None:
         """``FuseResidualAddIfAny``: the residual Add reading the Dropout's output, if it can go too."""
         reads = sum(1 for edge in graph.output_edges(dropout) if edge.src_slot == 0)
         if reads >= 2 or node_produces_graph_output(graph, dropout):
@@ -175,7 +173,7 @@ class BiasDropoutFusion(GraphTransformer):
         for consumer in output_nodes(graph, dropout):
             if not is_supported_op(consumer, "Add", _ADD) or consumer.ep != dropout.ep:
                 continue
-            shapes = _shapes(types, consumer)
+            shapes = _shapes(graph, consumer)
             if shapes is not None and same_shape(*shapes):
                 return consumer
         return None

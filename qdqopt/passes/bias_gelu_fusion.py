@@ -26,10 +26,9 @@ Rules (ORT 1.32):
 from __future__ import annotations
 
 from qdqopt.events import NoMatch, emit_no_match
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, dims_equal
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import check_output_edges, finalize_nodes_fusion, is_supported_op, output_nodes
-from qdqopt.passes.qdq_util import ValueTypes, dims_equal
 
 __all__ = ["BiasGeluFusion"]
 
@@ -43,17 +42,16 @@ class BiasGeluFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider",)
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, types, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
 
-    def _fuse(self, graph: Graph, types: ValueTypes, add: Node) -> bool:
+    def _fuse(self, graph: Graph, add: Node) -> bool:
         if (
             not is_supported_op(add, "Add", (7, 13, 14))
             or not self.node_is_compatible(add)
             or not check_output_edges(graph, add, 1)
         ):
             return False
-        shape0, shape1 = types.shape(add.inputs[0]), types.shape(add.inputs[1])
+        shape0, shape1 = graph.shape(add.inputs[0]), graph.shape(add.inputs[1])
         if not shape0 or not shape1:
             emit_no_match(NoMatch("an input of the Add has no known shape of rank 1 or more"), add.name)
             return False

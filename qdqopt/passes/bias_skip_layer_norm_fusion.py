@@ -42,7 +42,6 @@ from qdqopt.passes.graph_utils import (
     is_supported_op,
     node_produces_graph_output,
 )
-from qdqopt.passes.qdq_util import ValueTypes
 
 __all__ = ["BiasSkipLayerNormFusion"]
 
@@ -54,27 +53,27 @@ _MATMUL = (1, 9, 13)
 _CAST = (1, 6, 9, 13, 15)
 
 
-def _one_d_length(graph: Graph, types: ValueTypes, name: str) -> tuple[bool, int]:
+def _one_d_length(graph: Graph, name: str) -> tuple[bool, int]:
     """(is 1-D, its length or -1): from the value's shape, else from a constant initializer's dims."""
-    shape = types.shape(name) if name else None
+    shape = graph.shape(name) if name else None
     if shape is not None:
         if len(shape) != 1:
             return False, -1
-        return True, shape[0].dim_value if shape[0].HasField("dim_value") else -1
+        return True, shape[0] if isinstance(shape[0], int) else -1
     found = constant_initializer(graph, name) if name else None
     if found is not None and len(found[1].dims) == 1:
         return True, int(found[1].dims[0])
     return False, -1
 
 
-def _hidden_size_of(graph: Graph, types: ValueTypes, sln: Node, slot: int) -> int:
+def _hidden_size_of(graph: Graph, sln: Node, slot: int) -> int:
     """The length of SLN input ``slot`` (gamma or beta) if it is 1-D and known, else -1."""
     if len(sln.inputs) <= slot or not sln.inputs[slot]:
         return -1
     name = sln.inputs[slot]
-    shape = types.shape(name)
-    if shape is not None and len(shape) == 1 and shape[0].HasField("dim_value"):
-        return shape[0].dim_value
+    shape = graph.shape(name)
+    if shape is not None and len(shape) == 1 and isinstance(shape[0], int):
+        return shape[0]
     found = constant_initializer(graph, name)
     if found is not None and len(found[1].dims) == 1:
         return int(found[1].dims[0])
@@ -88,28 +87,27 @@ class BiasSkipLayerNormFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", "ACLExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, types, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
 
-    def _accept(self, graph: Graph, types: ValueTypes, sln: Node, add: Node, matmul_slot: int) -> bool:
+    def _accept(self, graph: Graph, sln: Node, add: Node, matmul_slot: int) -> bool:
         if add.ep != sln.ep or len(graph.output_edges(add)) != 1 or node_produces_graph_output(graph, add):
             return False
         bias = add.inputs[1 - matmul_slot]
         if not is_constant(graph, bias):
             return False
-        is_1d, bias_len = _one_d_length(graph, types, bias)
+        is_1d, bias_len = _one_d_length(graph, bias)
         if not is_1d:
             return False
-        hidden = _hidden_size_of(graph, types, sln, 2)
+        hidden = _hidden_size_of(graph, sln, 2)
         if hidden == -1:
-            hidden = _hidden_size_of(graph, types, sln, 3)
+            hidden = _hidden_size_of(graph, sln, 3)
         if hidden == -1:
-            shape = types.shape(add.inputs[matmul_slot])
-            if shape and shape[-1].HasField("dim_value"):
-                hidden = shape[-1].dim_value
+            shape = graph.shape(add.inputs[matmul_slot])
+            if shape and isinstance(shape[-1], int):
+                hidden = shape[-1]
         return hidden != -1 and bias_len != -1 and hidden == bias_len
 
-    def _match(self, graph: Graph, types: ValueTypes, sln: Node) -> tuple[int, Node, int] | None:
+    def _match(self, graph: Graph, sln: Node) -> tuple[int, Node, int] | None:
         """(SLN slot, the Add, the Add's MatMul-side slot) of the first acceptable path."""
         for sln_slot in (0, 1):
             for matmul_slot in (0, 1):
@@ -123,16 +121,16 @@ class BiasSkipLayerNormFusion(GraphTransformer):
                 )
                 for path in paths:
                     found = find_path(graph, sln, True, path)
-                    if found is not None and self._accept(graph, types, sln, found[0], matmul_slot):
+                    if found is not None and self._accept(graph, sln, found[0], matmul_slot):
                         return sln_slot, found[0], matmul_slot
         return None
 
-    def _fuse(self, graph: Graph, types: ValueTypes, sln: Node) -> bool:
+    def _fuse(self, graph: Graph, sln: Node) -> bool:
         if not is_supported_op(sln, "SkipLayerNormalization", (1,), MS_DOMAIN) or not self.node_is_compatible(sln):
             return False
         if len(sln.inputs) != 4:
             return False
-        found = self._match(graph, types, sln)
+        found = self._match(graph, sln)
         if found is None:
             return False
         sln_slot, add, matmul_slot = found

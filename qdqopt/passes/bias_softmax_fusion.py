@@ -36,10 +36,9 @@ from __future__ import annotations
 import onnx
 
 from qdqopt.events import NoMatch, emit_no_match
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, ShapeDims, dims_equal
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import check_output_edges, finalize_nodes_fusion, is_supported_op, output_nodes
-from qdqopt.passes.qdq_util import Dim, ValueTypes, dims_equal
 
 __all__ = ["BiasSoftmaxFusion"]
 
@@ -49,12 +48,12 @@ FUSING_EPS = ("CUDAExecutionProvider", "ROCMExecutionProvider")
 _TYPES = (onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
 
 
-def _is(dim: Dim, value: int) -> bool:
+def _is(dim: int | str | None, value: int) -> bool:
     """ORT's ``dim == value`` of this file: a known dim of that value."""
-    return dim.HasField("dim_value") and dim.dim_value == value
+    return isinstance(dim, int) and dim == value
 
 
-def select_bias(shape1: list[Dim], shape2: list[Dim], axis: int, since_13: bool) -> tuple[int, int, bool] | NoMatch:
+def select_bias(shape1: ShapeDims, shape2: ShapeDims, axis: int, since_13: bool) -> tuple[int, int, bool] | NoMatch:
     """``TrySelectInputAndBiasWithAlignment``: (the slot of the input, k, is_inner_broadcast), or why not."""
     n1, n2 = len(shape1), len(shape2)
     rank = max(n1, n2)
@@ -93,10 +92,9 @@ class BiasSoftmaxFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", "CUDAExecutionProvider", "ROCMExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, types, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
 
-    def _fuse(self, graph: Graph, types: ValueTypes, add: Node) -> bool:
+    def _fuse(self, graph: Graph, add: Node) -> bool:
         if not is_supported_op(add, "Add", (7, 13, 14)):
             return False
         if add.ep not in FUSING_EPS:
@@ -106,10 +104,10 @@ class BiasSoftmaxFusion(GraphTransformer):
             return False
         if not check_output_edges(graph, add, 1):
             return False
-        shape1, shape2 = types.shape(add.inputs[0]), types.shape(add.inputs[1])
+        shape1, shape2 = graph.shape(add.inputs[0]), graph.shape(add.inputs[1])
         if shape1 is None or shape2 is None or not shape1 or not shape2:
             return False
-        if types.elem_type(add.inputs[0]) not in _TYPES or types.elem_type(add.inputs[1]) not in _TYPES:
+        if graph.elem_type(add.inputs[0]) not in _TYPES or graph.elem_type(add.inputs[1]) not in _TYPES:
             return False
         softmax = output_nodes(graph, add)[0]
         if not is_supported_op(softmax, "Softmax", (1, 11, 13)) or softmax.ep != add.ep:

@@ -53,6 +53,7 @@ the types.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import numpy as np
 import onnx
@@ -60,13 +61,14 @@ from onnx import numpy_helper
 
 from qdqopt.config import SessionConfig
 from qdqopt.evaluate import NodeEvaluation, evaluate_node
-from qdqopt.graph import Graph, Node
-from qdqopt.graph.model import merge_type
+from qdqopt.graph import Graph, Node, View
+from qdqopt.graph.core import merge_declared
+from qdqopt.graph.inference import update_shape_inference
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import check_output_edges, produces_graph_output, refine_cached_type
+from qdqopt.passes.graph_utils import check_output_edges, produces_graph_output
 
-__all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "ConstantFolding", "ShapeSource", "is_deterministic", "update_shape_inference"]
+__all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "ConstantFolding", "is_deterministic", "update_shape_inference"]
 
 DEFAULT_MAX_OUTPUT_BYTES = 1 << 30
 _INT64_MAX = 2**63 - 1
@@ -143,7 +145,6 @@ class ConstantFolding(GraphTransformer):
         # ``have_updated_nodes``: once this graph has a folded node, every node visited after it is re-inferred
         # first (``Graph::UpdateShapeInference``), so a Shape further down sees the shapes the folds made known
         have_updated_nodes = False
-        shapes = ShapeSource(graph)
         for node in graph.topological_order():
             if graph.node(node.index) is None:
                 continue
@@ -158,7 +159,7 @@ class ConstantFolding(GraphTransformer):
                     have_updated_nodes = True
                 continue
             if node.op_type == "Shape":
-                converted = _fold_shape(graph, node, shapes)
+                converted = _fold_shape(graph, node)
             else:
                 if not _can_fold(graph, node):
                     continue
@@ -262,7 +263,7 @@ def _storage_bytes(elem_type: int, count: int) -> int:
     return count * size if size else -1
 
 
-def _count(shape: tuple[int | None, ...] | None) -> int:
+def _count(shape: Sequence[int | None] | None) -> int:
     if shape is None or any(d is None or d < 0 for d in shape):
         return -1
     total = 1
@@ -312,7 +313,7 @@ def _estimate_output_bytes(
         elem = _elem_of(type_str)
         if not elem:
             return -1
-        merged = _merge_declared(graph, name, shape)
+        merged = merge_declared(graph, name, shape)
         count = _count(merged)
         if count < 0:
             return -1
@@ -345,159 +346,14 @@ def _constant_of_shape_bytes(node: Node, shape_tensor: onnx.TensorProto) -> int 
     return _storage_bytes(elem, total)
 
 
-def _merge_declared(graph: Graph, name: str, inferred: tuple[int | None, ...] | None) -> tuple[int | None, ...] | None:
-    """ORT merges an inferred shape into the NodeArg's existing (declared) one: known dims win."""
-    declared = declared_shape(graph, name)
-    if declared is None:
-        return inferred
-    if inferred is None:
-        return declared
-    if len(declared) != len(inferred):
-        return inferred
-    return tuple(i if i is not None else d for i, d in zip(inferred, declared, strict=True))
-
-
-def declared_shape(graph: Graph, name: str) -> tuple[int | None, ...] | None:
-    """The shape a graph input, output or value_info entry declares for ``name`` (None: none declared)."""
-    for vi in (*graph.inputs, *graph.outputs, *graph.value_info):
-        if vi.name == name and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            return tuple(int(d.dim_value) if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim)
-    return None
-
-
-# ------------------------------------------------------------------------------------------------ re-inference
-def update_shape_inference(graph: Graph, node: Node) -> None:
-    """``Graph::UpdateShapeInference``: run the node's type and shape inference again and merge the result into its
-    outputs' types (``InferAndVerifyTypeMatch``, ``NodeArg::UpdateTypeAndShape``).
-
-    The inference sees each input's current type (an initializer's from its dims, a graph input's as declared, any
-    other value's as typed so far) and the data of the constant initializers it reads (``getInputData``), so a node
-    whose shape input a fold just made constant (a Resize's ``sizes``, a Slice's ``ends``) gets its output shape,
-    which the nodes after it then see in turn. A value's known dims stay; inferred values fill unknown or symbolic
-    dims (ONNX's ``mergeInShapeInfo``; on a conflict, ORT's lenient ``UnionShapeInfo``). An op ONNX has no schema
-    for, or whose inference fails, keeps its types. The merged type is also recorded as the type the value had if
-    a later pass takes its producer (:meth:`Graph.keep_value_type`): ORT's NodeArg keeps it.
-    """
-    schema = _onnx_schema(graph, node)
-    if schema is None:
-        return
-    input_types: dict[str, onnx.TypeProto] = {}
-    input_data: dict[str, onnx.TensorProto] = {}
-    for name in node.inputs:
-        if not name or name in input_types:
-            continue
-        found = _input_type(graph, name)
-        if found is None:
-            return  # an untyped input: ORT's inference fails the same way and types nothing new
-        input_types[name] = found
-        tensor = graph.constant_initializer(name)
-        if tensor is not None and tensor.data_location != onnx.TensorProto.EXTERNAL:
-            input_data[name] = tensor
-    proto = onnx.NodeProto(name=node.name, op_type=node.op_type, domain=node.domain)
-    proto.input.extend(node.inputs)
-    proto.output.extend(node.outputs)
-    proto.attribute.extend(node.attributes[a] for a in node.attribute_order())
-    opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in sorted(graph.opsets.items())]
-    try:
-        inferred = onnx.shape_inference.infer_node_outputs(schema, proto, input_types, input_data, opset_imports=opsets)
-    except Exception:  # ONNX's inference rejected the node: its outputs keep their types
-        return
-    for name in node.outputs:
-        found = inferred.get(name)
-        if not name or found is None or not found.HasField("tensor_type"):
-            continue
-        merged = merge_type(graph.value_type(name), found)
-        graph.set_value_type(name, merged)
-        graph.keep_value_type(name, merged)
-        refine_cached_type(graph, name, found)
-
-
-def _onnx_schema(graph: Graph, node: Node) -> onnx.defs.OpSchema | None:
-    domain = normalize_domain(node.domain)
-    version = graph.opsets.get(domain)
-    if version is None:
-        return None
-    try:
-        return onnx.defs.get_schema(node.op_type, version, domain)
-    except onnx.defs.SchemaError:
-        return None
-
-
-def _input_type(graph: Graph, name: str) -> onnx.TypeProto | None:
-    """The input's NodeArg type: an initializer's from its tensor (unless a graph input declares it), a graph input's
-    as declared, any other value's as the graph core has it."""
-    scope: Graph | None = graph
-    while scope is not None:
-        for vi in scope.inputs:
-            if vi.name == name:
-                return vi.type if vi.HasField("type") else None
-        tensor = scope.initializer(name)
-        if tensor is not None:
-            return onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
-        if scope.defines(name):
-            break
-        scope = scope.parent
-    return graph.value_type(name)
-
-
 # ------------------------------------------------------------------------------------------------ Shape
-class ShapeSource:
-    """NodeArg shapes as ORT knows them, for one graph (``NodeArg::Shape``; None: unknown).
-
-    In order: a graph input's declared shape (it may override an initializer), an initializer's dims (any enclosing
-    scope), the type the graph core has for the value, a declared value_info/output shape; if that leaves the shape
-    unknown or partial, ONNX shape inference over the whole model (:func:`qdqopt.partition.infer_types`, what
-    partitioning runs anyway), once per instance.
-    """
-
-    def __init__(self, graph: Graph) -> None:
-        self.graph = graph
-        self.inferred = False
-
-    def shape(self, name: str) -> tuple[int | None, ...] | None:
-        graph = self.graph
-        scope: Graph | None = graph
-        while scope is not None:
-            if name in scope.graph_input_names():
-                return declared_shape(scope, name)
-            if scope.is_initializer(name):
-                tensor = scope.initializer(name)
-                assert tensor is not None
-                return tuple(int(d) for d in tensor.dims)
-            if scope.defines(name):
-                break
-            scope = scope.parent
-        found = _merge_declared(graph, name, self._typed(name))
-        if found is not None and all(d is not None for d in found):
-            return found
-        if not self.inferred:
-            self.inferred = True
-            try:
-                from qdqopt.partition import infer_types
-            except ImportError:  # pragma: no cover - the partitioner ships with the package
-                return found
-            root = graph
-            while root.parent is not None:
-                root = root.parent
-            infer_types(root)
-            found = _merge_declared(graph, name, self._typed(name))
-        return found
-
-    def _typed(self, name: str) -> tuple[int | None, ...] | None:
-        value_type = getattr(self.graph, "value_type", None)
-        if value_type is None:
-            return None
-        found = value_type(name)
-        if found is None or not found.HasField("tensor_type") or not found.tensor_type.HasField("shape"):
-            return None
-        return tuple(int(d.dim_value) if d.HasField("dim_value") else None for d in found.tensor_type.shape.dim)
 
 
-def _fold_shape(graph: Graph, node: Node, shapes: ShapeSource) -> bool:
-    """``ConstantFoldShapeNode``."""
+def _fold_shape(graph: Graph, node: Node) -> bool:
+    """``ConstantFoldShapeNode``: the input's NodeArg shape, as complete as ORT's (``View.FILLED``)."""
     if not node.inputs or not node.inputs[0] or not node.outputs or not node.outputs[0]:
         return False
-    dims = shapes.shape(node.inputs[0])
+    dims = graph.shape(node.inputs[0], view=View.FILLED)
     if dims is None or any(d is None for d in dims):
         return False
     rank = len(dims)

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import onnx
 
-from qdqopt.graph import Graph
+from qdqopt.graph import Graph, View
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import constant_initializer, initializer_map_order, value_shape
+from qdqopt.passes.graph_utils import constant_initializer, initializer_map_order
 
 __all__ = ["TENSOR_ELEM_COUNT_THRESHOLD", "ConstantSharing"]
 
@@ -75,7 +75,7 @@ class ConstantSharing(GraphTransformer):
         survivors: dict[str, str] = {}
         modified = False
         for name in candidates:
-            dims = value_shape(graph, name)
+            dims = graph.shape(name, view=View.DATA)
             count = _element_count(dims)
             found = constant_initializer(graph, name)
             if count is None or dims is None or found is None:

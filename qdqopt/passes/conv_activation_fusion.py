@@ -48,7 +48,6 @@ from qdqopt.graph.schema import normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import add_replacement_node, check_output_edges, is_supported_op, output_nodes
-from qdqopt.passes.qdq_util import ValueTypes
 from qdqopt.passes.rules_level2 import clip_constant_min_max
 from qdqopt.target import Target
 
@@ -102,14 +101,14 @@ def _f16_vector_intrinsics(target: Target) -> bool:
     return target.machine in ("arm64", "aarch64") and sys.platform != "darwin"
 
 
-def conv_type_ok(conv: Node, types: ValueTypes, target: Target) -> bool:
+def conv_type_ok(graph: Graph, conv: Node, target: Target) -> bool:
     """``ConvFusionDataTypeCheck``: with the CPU EP, input 0 is float (or float16 with fp16 MLAS intrinsics)."""
     if conv.ep != CPU:
         return True
     allowed = [onnx.TensorProto.FLOAT]
     if _f16_vector_intrinsics(target):
         allowed.append(onnx.TensorProto.FLOAT16)
-    return bool(conv.inputs) and types.elem_type(conv.inputs[0]) in allowed
+    return bool(conv.inputs) and graph.elem_type(conv.inputs[0]) in allowed
 
 
 def _activation_ok(graph: Graph, activation: Node, ep: str) -> bool:
@@ -123,16 +122,14 @@ def _activation_ok(graph: Graph, activation: Node, ep: str) -> bool:
     return ep in _HARD_SIGMOID_EPS and is_supported_op(activation, "HardSigmoid", _HARD_SIGMOID_VERSIONS)
 
 
-def select_conv_activation(
-    graph: Graph, conv: Node, types: ValueTypes, target: Target
-) -> ConvActivationSelection | None:
+def select_conv_activation(graph: Graph, conv: Node, target: Target) -> ConvActivationSelection | None:
     """``ConvActivationSelector::Select`` (after the registry's op key and version test): the pair, or None."""
     if not check_output_edges(graph, conv, 1):
         return None
     activation = output_nodes(graph, conv)[0]
     if activation.ep != conv.ep:
         return None
-    if not conv_type_ok(conv, types, target):
+    if not conv_type_ok(graph, conv, target):
         return None
     if not _activation_ok(graph, activation, conv.ep):
         return None
@@ -195,7 +192,7 @@ class SingleSelectorTransformer(GraphTransformer, Generic[_Sel]):
     targets: ClassVar[dict[tuple[str, str], tuple[int, ...]]] = {}
 
     @abstractmethod
-    def select(self, graph: Graph, node: Node, types: ValueTypes, ctx: PassContext) -> _Sel | None:
+    def select(self, graph: Graph, node: Node, ctx: PassContext) -> _Sel | None:
         """The selection rooted at ``node``, or None."""
 
     @abstractmethod
@@ -203,15 +200,13 @@ class SingleSelectorTransformer(GraphTransformer, Generic[_Sel]):
         """Rewrite the selection."""
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
-
         def visit(node: Node) -> bool:
             if not self.node_is_compatible(node):
                 return False
             versions = self.targets.get((normalize_domain(node.domain), node.op_type))
             if versions is None or node.since_version not in versions:
                 return False
-            sel = self.select(graph, node, types, ctx)
+            sel = self.select(graph, node, ctx)
             if sel is None:
                 return False
             emit(Kind.MATCHED, matched_text(node.op_type), (node.name,))  # SelectorActionTransformer::MatchAndProcess
@@ -257,8 +252,8 @@ class ConvActivationFusion(SingleSelectorTransformer[ConvActivationSelection]):
 
     targets = _TARGETS
 
-    def select(self, graph: Graph, node: Node, types: ValueTypes, ctx: PassContext) -> ConvActivationSelection | None:
-        return select_conv_activation(graph, node, types, ctx.target)
+    def select(self, graph: Graph, node: Node, ctx: PassContext) -> ConvActivationSelection | None:
+        return select_conv_activation(graph, node, ctx.target)
 
     def act(self, graph: Graph, sel: ConvActivationSelection) -> None:
         fuse_conv_activation(graph, sel)

@@ -61,7 +61,6 @@ from qdqopt.passes.conv_activation_fusion import (
     safely_remove_nodes,
 )
 from qdqopt.passes.graph_utils import add_replacement_node, check_output_edges, is_supported_op, output_nodes
-from qdqopt.passes.qdq_util import Dim, ValueTypes
 from qdqopt.passes.rules_level2 import clip_constant_min_max
 
 __all__ = ["ConvAddActivationFusion", "ConvAddActivationSelection", "select_conv_add_activation"]
@@ -100,36 +99,30 @@ class ConvAddActivationSelection:
     activation: Node | None
 
 
-def _has_value(dim: Dim) -> bool:
-    return bool(dim.HasField("dim_value"))
+def _param(dim: int | str | None) -> str | None:
+    """The dim's symbol (:data:`~qdqopt.graph.ShapeDims` has none for ONNX inference's ``unk__<n>``)."""
+    return dim if isinstance(dim, str) else None
 
 
-def _param(dim: Dim) -> str | None:
-    """The dim's symbol; ``unk__<n>`` symbols (ONNX inference's names for unknown dims) stand for no symbol."""
-    if dim.HasField("dim_param") and not dim.dim_param.startswith("unk__"):
-        return dim.dim_param
-    return None
-
-
-def _value(dim: Dim) -> int:
+def _value(dim: int | str | None) -> int:
     """``dim_value()``: 0 when the dim holds no value."""
-    return int(dim.dim_value) if _has_value(dim) else 0
+    return dim if isinstance(dim, int) else 0
 
 
-def _shapes_match(types: ValueTypes, add: Node) -> bool:
+def _shapes_match(graph: Graph, add: Node) -> bool:
     """The shape test of ``SelectProducerConv``: two 4-D inputs, dim by dim equal (values, or symbols)."""
-    first = types.shape(add.inputs[0])
+    first = graph.shape(add.inputs[0])
     if first is None or len(first) != _RANK:
         return False
     for dim in first:
-        if (not _has_value(dim) or dim.dim_value == 0) and _param(dim) is None:
+        if _value(dim) == 0 and _param(dim) is None:
             return False
     for name in add.inputs[1:]:
-        other = types.shape(name)
+        other = graph.shape(name)
         if other is None or len(other) != _RANK:
             return False
         for d0, dn in zip(first, other, strict=True):
-            if not _has_value(dn) or _value(d0) != _value(dn):
+            if not isinstance(dn, int) or _value(d0) != _value(dn):
                 p0, pn = _param(d0), _param(dn)
                 if p0 is None or pn is None or p0 != pn:
                     return False
@@ -146,12 +139,12 @@ def _producer_ok(graph: Graph, producer: Node) -> bool:
     )
 
 
-def select_producer_conv(graph: Graph, add: Node, types: ValueTypes) -> Node | None:
+def select_producer_conv(graph: Graph, add: Node) -> Node | None:
     """``ConvAddActivationSelector::SelectProducerConv``: the Conv whose output the Add may absorb, or None."""
     producers = graph.input_nodes(add)
     if len(add.inputs) != 2 or len(producers) > len(add.inputs):
         return None
-    if not _shapes_match(types, add):
+    if not _shapes_match(graph, add):
         return None
     for producer in producers:
         if not _producer_ok(graph, producer):
@@ -176,16 +169,14 @@ def _lone_consumer(graph: Graph, node: Node) -> Node | None:
     return output_nodes(graph, node)[0]
 
 
-def select_conv_add_activation(
-    graph: Graph, node: Node, types: ValueTypes, ctx: PassContext
-) -> ConvAddActivationSelection | None:
+def select_conv_add_activation(graph: Graph, node: Node, ctx: PassContext) -> ConvAddActivationSelection | None:
     """``ConvAddActivationSelector::Select`` (after the registry's op key and version test)."""
-    if node.ep != CPU or not conv_type_ok(node, types, ctx.target):
+    if node.ep != CPU or not conv_type_ok(graph, node, ctx.target):
         return None
     add = _lone_consumer(graph, node)
     if add is None or not is_supported_op(add, "Add", _ADD_VERSIONS):
         return None
-    conv = select_producer_conv(graph, add, types)
+    conv = select_producer_conv(graph, add)
     if conv is None:
         return None
     activation = _lone_consumer(graph, add)
@@ -232,10 +223,8 @@ class ConvAddActivationFusion(SingleSelectorTransformer[ConvAddActivationSelecti
 
     targets = _TARGETS
 
-    def select(
-        self, graph: Graph, node: Node, types: ValueTypes, ctx: PassContext
-    ) -> ConvAddActivationSelection | None:
-        return select_conv_add_activation(graph, node, types, ctx)
+    def select(self, graph: Graph, node: Node, ctx: PassContext) -> ConvAddActivationSelection | None:
+        return select_conv_add_activation(graph, node, ctx)
 
     def act(self, graph: Graph, sel: ConvAddActivationSelection) -> None:
         fuse_conv_add_activation(graph, sel)

@@ -41,15 +41,13 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, View
 from qdqopt.graph.stdhash import StdUnorderedMap
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
     constant_array,
     constant_initializer,
     output_edge_count,
-    value_elem_type,
-    value_shape,
 )
 from qdqopt.passes.qdq.actions import pack_nbits
 
@@ -114,7 +112,7 @@ def _gemm_ok(graph: Graph, gemm: Node, n: int) -> bool:
     if any(key in gemm.attributes and gemm.attr_int(key, 0) != 0 for key in ("transA", "transB")):
         return False
     if len(gemm.inputs) > 2 and gemm.inputs[2]:
-        shape = value_shape(graph, gemm.inputs[2])
+        shape = graph.shape(gemm.inputs[2], view=View.DATA)
         if shape is None or len(shape) != 1 or shape[0] != n:
             return False
     return True
@@ -134,7 +132,7 @@ def _common(graph: Graph, mm: Node, dq: Node) -> tuple[onnx.TensorProto, onnx.Te
 
 
 def _a_type_ok(graph: Graph, mm: Node, scale: onnx.TensorProto) -> bool:
-    return value_elem_type(graph, mm.inputs[0]) == scale.data_type if mm.inputs and mm.inputs[0] else False
+    return graph.elem_type(mm.inputs[0], view=View.DATA) == scale.data_type if mm.inputs and mm.inputs[0] else False
 
 
 def _zp_ok(graph: Graph, dq: Node) -> onnx.TensorProto | bool | None:
@@ -188,20 +186,20 @@ def _match_reshape_transpose(graph: Graph, mm: Node) -> _Match | None:
         return None
     if "perm" in tp.attributes and tp.attr_ints("perm") != [1, 0]:
         return None
-    b = value_shape(graph, mm.inputs[1])
+    b = graph.shape(mm.inputs[1], view=View.DATA)
     if b is not None and len(b) == 2 and isinstance(b[0], int) and isinstance(b[1], int) and (b[0], b[1]) != (k, n):
         return None
-    a = value_shape(graph, mm.inputs[0])
+    a = graph.shape(mm.inputs[0], view=View.DATA)
     if a and isinstance(a[-1], int) and a[-1] != k:
         return None
-    y = value_shape(graph, mm.outputs[0]) if mm.outputs else None
+    y = graph.shape(mm.outputs[0], view=View.DATA) if mm.outputs else None
     if y and isinstance(y[-1], int) and y[-1] != n:
         return None
     if mm.op_type == "Gemm" and not _gemm_ok(graph, mm, n):
         return None
     if cast is not None:
-        t_in = value_elem_type(graph, cast.inputs[0])
-        t_out = value_elem_type(graph, cast.outputs[0])
+        t_in = graph.elem_type(cast.inputs[0], view=View.DATA)
+        t_out = graph.elem_type(cast.outputs[0], view=View.DATA)
         if t_in is None or t_out is None or t_in != t_out:
             return None
     if _zp_ok(graph, dq) is False:

@@ -53,7 +53,6 @@ from qdqopt.passes.graph_utils import (
     output_nodes,
 )
 from qdqopt.passes.qdq_util import (
-    ValueTypes,
     index_of_node_input,
     is_initializer_with_expected_value,
     is_supported_data_type,
@@ -83,35 +82,34 @@ class FastGeluFusion(GraphTransformer):
     compatible_eps = (CPU,)
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, types, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
 
     # ------------------------------------------------------------------ checks
     @staticmethod
-    def _types_ok(node: Node, types: ValueTypes) -> bool:
-        return is_supported_data_type(node, types, _CPU_TYPES if node.ep == CPU else _OTHER_TYPES)
+    def _types_ok(graph: Graph, node: Node) -> bool:
+        return is_supported_data_type(graph, node, _CPU_TYPES if node.ep == CPU else _OTHER_TYPES)
 
-    def _check(self, graph: Graph, types: ValueTypes, node: Node, ep: str, single: bool) -> bool:
+    def _check(self, graph: Graph, node: Node, ep: str, single: bool) -> bool:
         """``CheckNode``."""
         return (
             node.ep == ep
-            and self._types_ok(node, types)
+            and self._types_ok(graph, node)
             and (not single or output_edge_count(graph, node) == 1)
             and not node_produces_graph_output(graph, node)
         )
 
-    def _start(self, graph: Graph, types: ValueTypes, node: Node, op: str, versions: tuple[int, ...]) -> bool:
+    def _start(self, graph: Graph, node: Node, op: str, versions: tuple[int, ...]) -> bool:
         return (
             is_supported_op(node, op, versions)
             and self.node_is_compatible(node)
             and output_edge_count(graph, node) == 1
-            and self._types_ok(node, types)
+            and self._types_ok(graph, node)
         )
 
     @staticmethod
-    def _constant_slot(graph: Graph, types: ValueTypes, node: Node, value: float) -> int:
+    def _constant_slot(graph: Graph, node: Node, value: float) -> int:
         for slot in range(2):
-            if is_initializer_with_expected_value(graph, node.inputs[slot], value, types):
+            if is_initializer_with_expected_value(graph, node.inputs[slot], value):
                 return slot
         return -1
 
@@ -120,62 +118,60 @@ class FastGeluFusion(GraphTransformer):
         """The input of a binary node that is not the first slot reading ``value``."""
         return node.inputs[(index_of_node_input(node, value) + 1) % 2]
 
-    def _first_formula(self, graph: Graph, types: ValueTypes, mul1: Node) -> _Match | NoMatch | None:
-        if not self._start(graph, types, mul1, "Mul", _BINARY):
+    def _first_formula(self, graph: Graph, mul1: Node) -> _Match | NoMatch | None:
+        if not self._start(graph, mul1, "Mul", _BINARY):
             return None
-        slot = self._constant_slot(graph, types, mul1, 0.044715)
+        slot = self._constant_slot(graph, mul1, 0.044715)
         if slot < 0:
             return None
         x = mul1.inputs[(slot + 1) % 2]
         ep = mul1.ep
         mul2 = output_nodes(graph, mul1)[0]
-        if not (is_supported_op(mul2, "Mul", _BINARY) and self._check(graph, types, mul2, ep, True)) or (
+        if not (is_supported_op(mul2, "Mul", _BINARY) and self._check(graph, mul2, ep, True)) or (
             self._other(mul2, mul1.outputs[0]) != x
         ):
             return NoMatch(f"{mul2.op_type} {mul2.name!r} is not a Mul by x with one output edge", (mul2.name,))
         add1 = output_nodes(graph, mul2)[0]
-        if not (is_supported_op(add1, "Add", _BINARY) and self._check(graph, types, add1, ep, True)) or (
-            not is_initializer_with_expected_value(graph, self._other(add1, mul2.outputs[0]), 1.0, types)
+        if not (is_supported_op(add1, "Add", _BINARY) and self._check(graph, add1, ep, True)) or (
+            not is_initializer_with_expected_value(graph, self._other(add1, mul2.outputs[0]), 1.0)
         ):
             return NoMatch(f"{add1.op_type} {add1.name!r} is not an Add of a constant scalar 1", (add1.name,))
         mul3 = output_nodes(graph, add1)[0]
-        if not (is_supported_op(mul3, "Mul", _BINARY) and self._check(graph, types, mul3, ep, True)):
+        if not (is_supported_op(mul3, "Mul", _BINARY) and self._check(graph, mul3, ep, True)):
             return NoMatch(
                 f"{mul3.op_type} {mul3.name!r} after the Add is not a Mul with one output edge", (mul3.name,)
             )
         mul4 = input_node(graph, mul3, (index_of_node_input(mul3, add1.outputs[0]) + 1) % 2)
         if mul4 is None:
             return NoMatch(f"the other input of Mul {mul3.name!r} has no producer", (mul3.name,))
-        if not (is_supported_op(mul4, "Mul", _BINARY) and self._check(graph, types, mul4, ep, True)):
+        if not (is_supported_op(mul4, "Mul", _BINARY) and self._check(graph, mul4, ep, True)):
             return NoMatch(f"{mul4.op_type} {mul4.name!r} is not a Mul with one output edge", (mul4.name,))
-        slot = self._constant_slot(graph, types, mul4, 0.7978845834732056)
+        slot = self._constant_slot(graph, mul4, 0.7978845834732056)
         if slot < 0 or mul4.inputs[(slot + 1) % 2] != x:
             return NoMatch(f"{mul4.op_type} {mul4.name!r} does not read 0.7978845834732056 and x", (mul4.name,))
         return _Match([mul1, mul2, add1, mul3, mul4], x, mul3)
 
-    def _second_formula(self, graph: Graph, types: ValueTypes, pow1: Node) -> _Match | NoMatch | None:
-        if not self._start(graph, types, pow1, "Pow", (7, 12, 13, 15)):
+    def _second_formula(self, graph: Graph, pow1: Node) -> _Match | NoMatch | None:
+        if not self._start(graph, pow1, "Pow", (7, 12, 13, 15)):
             return None
-        if not is_initializer_with_expected_value(graph, pow1.inputs[1], 3.0, types):
+        if not is_initializer_with_expected_value(graph, pow1.inputs[1], 3.0):
             return None
         x = pow1.inputs[0]
         ep = pow1.ep
         mul1 = output_nodes(graph, pow1)[0]
-        if not (is_supported_op(mul1, "Mul", _BINARY) and self._check(graph, types, mul1, ep, True)) or (
-            not is_initializer_with_expected_value(
-                graph, self._other(mul1, pow1.outputs[0]), 0.044714998453855515, types
-            )
+        if not (is_supported_op(mul1, "Mul", _BINARY) and self._check(graph, mul1, ep, True)) or (
+            not is_initializer_with_expected_value(graph, self._other(mul1, pow1.outputs[0]), 0.044714998453855515)
         ):
             return NoMatch(f"{mul1.op_type} {mul1.name!r} is not a Mul by a constant scalar 0.044715", (mul1.name,))
         add1 = output_nodes(graph, mul1)[0]
-        if not (is_supported_op(add1, "Add", _BINARY) and self._check(graph, types, add1, ep, True)) or (
+        if not (is_supported_op(add1, "Add", _BINARY) and self._check(graph, add1, ep, True)) or (
             self._other(add1, mul1.outputs[0]) != x
         ):
             return NoMatch(f"{add1.op_type} {add1.name!r} is not an Add of x", (add1.name,))
         cast1 = first_parent_by_type(graph, pow1, "Cast")
         if cast1 is not None:
             if (
-                not (is_supported_op(cast1, "Cast", _CAST) and self._check(graph, types, cast1, ep, False))
+                not (is_supported_op(cast1, "Cast", _CAST) and self._check(graph, cast1, ep, False))
                 or output_edge_count(graph, cast1) != 2
             ):
                 return NoMatch(f"Cast {cast1.name!r} before the Pow fails the checks", (cast1.name,))
@@ -184,8 +180,8 @@ class FastGeluFusion(GraphTransformer):
             if pow_child is None or pow_child.index != pow1.index or add_child is None or add_child.index != add1.index:
                 return NoMatch(f"Cast {cast1.name!r} does not feed the Pow and the Add", (cast1.name,))
         mul2 = output_nodes(graph, add1)[0]
-        if not (is_supported_op(mul2, "Mul", _BINARY) and self._check(graph, types, mul2, ep, True)) or (
-            not is_initializer_with_expected_value(graph, self._other(mul2, add1.outputs[0]), 0.7978845834732056, types)
+        if not (is_supported_op(mul2, "Mul", _BINARY) and self._check(graph, mul2, ep, True)) or (
+            not is_initializer_with_expected_value(graph, self._other(mul2, add1.outputs[0]), 0.7978845834732056)
         ):
             return NoMatch(
                 f"{mul2.op_type} {mul2.name!r} is not a Mul by a constant scalar 0.7978845834732056", (mul2.name,)
@@ -193,17 +189,17 @@ class FastGeluFusion(GraphTransformer):
         return _Match([pow1, mul1, add1, mul2], x, mul2)
 
     # ------------------------------------------------------------------ the rest and the rewrite
-    def _fuse(self, graph: Graph, types: ValueTypes, node: Node) -> bool:
+    def _fuse(self, graph: Graph, node: Node) -> bool:
         second = False
-        found = self._first_formula(graph, types, node)
+        found = self._first_formula(graph, node)
         if not isinstance(found, _Match):
-            other = self._second_formula(graph, types, node)
+            other = self._second_formula(graph, node)
             if other is not None:
                 found, second = other, True
         if found is None:
             return False
         if isinstance(found, _Match):
-            found = self._finish(graph, types, node, found, second)
+            found = self._finish(graph, node, found, second)
         if isinstance(found, NoMatch):
             emit_no_match(found, node.name)
             return False
@@ -220,18 +216,18 @@ class FastGeluFusion(GraphTransformer):
         finalize_nodes_fusion(graph, found.nodes, fast_gelu)
         return True
 
-    def _finish(self, graph: Graph, types: ValueTypes, node: Node, found: _Match, second: bool) -> _Match | NoMatch:
+    def _finish(self, graph: Graph, node: Node, found: _Match, second: bool) -> _Match | NoMatch:
         ep = node.ep
         tanh = output_nodes(graph, found.tanh_input)[0]
-        if not (is_supported_op(tanh, "Tanh", (6, 13)) and self._check(graph, types, tanh, ep, True)):
+        if not (is_supported_op(tanh, "Tanh", (6, 13)) and self._check(graph, tanh, ep, True)):
             return NoMatch(f"{tanh.op_type} {tanh.name!r} is not a Tanh with one output edge", (tanh.name,))
         add2 = output_nodes(graph, tanh)[0]
-        if not (is_supported_op(add2, "Add", _BINARY) and self._check(graph, types, add2, ep, True)):
+        if not (is_supported_op(add2, "Add", _BINARY) and self._check(graph, add2, ep, True)):
             return NoMatch(f"{add2.op_type} {add2.name!r} after the Tanh is not an Add", (add2.name,))
-        if not is_initializer_with_expected_value(graph, self._other(add2, tanh.outputs[0]), 1.0, types):
+        if not is_initializer_with_expected_value(graph, self._other(add2, tanh.outputs[0]), 1.0):
             return NoMatch(f"the other input of Add {add2.name!r} is not a constant scalar 1", (add2.name,))
         mul5 = output_nodes(graph, add2)[0]
-        if not (is_supported_op(mul5, "Mul", _BINARY) and self._check(graph, types, mul5, ep, False)):
+        if not (is_supported_op(mul5, "Mul", _BINARY) and self._check(graph, mul5, ep, False)):
             return NoMatch(f"{mul5.op_type} {mul5.name!r} is not a Mul without graph output", (mul5.name,))
         mul6 = input_node(graph, mul5, (index_of_node_input(mul5, add2.outputs[0]) + 1) % 2)
         if mul6 is None:
@@ -245,15 +241,15 @@ class FastGeluFusion(GraphTransformer):
                 cast3 = first_parent_by_type(graph, mul5, "Cast")
                 if cast3 is None:
                     return NoMatch(f"Mul {mul5.name!r} has no Cast producer", (mul5.name,))
-                if not (is_supported_op(cast3, "Cast", _CAST) and self._check(graph, types, cast3, ep, True)):
+                if not (is_supported_op(cast3, "Cast", _CAST) and self._check(graph, cast3, ep, True)):
                     return NoMatch(f"Cast {cast3.name!r} fails the checks", (cast3.name,))
                 mul6 = first_parent_by_type(graph, cast3, "Mul")
                 nodes.append(cast3)
                 if mul6 is None:
                     return NoMatch(f"Cast {cast3.name!r} has no Mul producer", (cast3.name,))
-        if not (is_supported_op(mul6, "Mul", _BINARY) and self._check(graph, types, mul6, ep, False)):
+        if not (is_supported_op(mul6, "Mul", _BINARY) and self._check(graph, mul6, ep, False)):
             return NoMatch(f"{mul6.op_type} {mul6.name!r} is not the Mul by 0.5", (mul6.name,))
-        slot = self._constant_slot(graph, types, mul6, 0.5)
+        slot = self._constant_slot(graph, mul6, 0.5)
         if slot < 0 or mul6.inputs[(slot + 1) % 2] != (cast_input or found.x):
             return NoMatch(f"Mul {mul6.name!r} does not read a constant scalar 0.5 and x", (mul6.name,))
         nodes += [tanh, add2, mul6, mul5]

@@ -37,7 +37,6 @@ from onnx import numpy_helper
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import input_edge_count, node_produces_graph_output
-from qdqopt.passes.qdq_util import ValueTypes
 
 __all__ = ["FuseFp16InitializerToFp32NodeTransformer"]
 
@@ -46,14 +45,8 @@ PATTERN = "InsertedPrecisionFreeCast_"
 PREFIX = "FusedBack_"
 
 
-def _is_tensor_of(types: ValueTypes, value: str, elem: int) -> bool:
-    found = types.type_proto(value)
-    return found is not None and found.WhichOneof("value") == "tensor_type" and found.tensor_type.elem_type == elem
-
-
 def _candidates(graph: Graph) -> list[Node]:
     """The Casts ORT fuses, in node-index order."""
-    types = ValueTypes(graph)
     found: list[Node] = []
     for node in graph.topological_order():
         if node.op_type != "Cast" or input_edge_count(graph, node) != 0:
@@ -62,7 +55,7 @@ def _candidates(graph: Graph) -> list[Node]:
             continue
         if not node.inputs or graph.constant_initializer(node.inputs[0]) is None:
             continue
-        if not _is_tensor_of(types, node.inputs[0], TP.FLOAT16) or not _is_tensor_of(types, node.outputs[0], TP.FLOAT):
+        if graph.elem_type(node.inputs[0]) != TP.FLOAT16 or graph.elem_type(node.outputs[0]) != TP.FLOAT:
             continue
         found.append(node)
     return sorted(found, key=lambda n: n.index)

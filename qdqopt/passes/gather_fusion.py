@@ -50,7 +50,7 @@ from qdqopt.errors import ModelError
 from qdqopt.graph import Graph, Node
 from qdqopt.graph.stdhash import StdUnorderedIndexSet
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.qdq_util import ValueTypes, constant_initializer, is_scalar_arg, is_supported_op, tensor_from_array
+from qdqopt.passes.qdq_util import constant_initializer, is_scalar_arg, is_supported_op, tensor_from_array
 
 __all__ = ["GatherSliceToSplitFusion", "GatherToSliceFusion"]
 
@@ -94,9 +94,9 @@ def _input(node: Node, slot: int) -> str:
     return node.inputs[slot] if slot < len(node.inputs) else ""
 
 
-def _scalar_int64(graph: Graph, types: ValueTypes, name: str) -> tuple[int, int] | None:
+def _scalar_int64(graph: Graph, name: str) -> tuple[int, int] | None:
     """``GetScalarInt64Initializer``: (value, rank of the tensor) of a constant int64 scalar initializer."""
-    if not name or not is_scalar_arg(graph, name, types):
+    if not name or not is_scalar_arg(graph, name):
         return None
     tensor = constant_initializer(graph, name)
     if tensor is None or tensor.data_type != onnx.TensorProto.INT64:
@@ -127,10 +127,10 @@ def _gather_axis(node: Node, rank: int) -> int:
     return axis
 
 
-def _slice_axis(graph: Graph, types: ValueTypes, node: Node, rank: int) -> int | None:
+def _slice_axis(graph: Graph, node: Node, rank: int) -> int | None:
     if len(node.inputs) < 4:
         return None
-    found = _scalar_int64(graph, types, node.inputs[3])
+    found = _scalar_int64(graph, node.inputs[3])
     if found is None:
         return None
     axis = found[0]
@@ -157,7 +157,6 @@ class GatherSliceToSplitFusion(GraphTransformer):
         opset = graph.opset(_ONNX)
         if opset is None or opset < 13:
             return False
-        types = ValueTypes(graph)
         order = _ConsumerOrder(graph)
         candidates: list[str] = []
         for vi in graph.inputs:
@@ -179,20 +178,18 @@ class GatherSliceToSplitFusion(GraphTransformer):
         for value in candidates:
             order.snapshot(value)
         for value in candidates:
-            if self._fuse(graph, types, order, value):
+            if self._fuse(graph, order, value):
                 modified = True
         return modified
 
     # ------------------------------------------------------------------ checks
-    def _gather(
-        self, graph: Graph, types: ValueTypes, node: Node, rank: int, axis: int, dim: int, consumed: list[bool]
-    ) -> _Piece | None:
+    def _gather(self, graph: Graph, node: Node, rank: int, axis: int, dim: int, consumed: list[bool]) -> _Piece | None:
         """``IsSupportedGather``."""
         if not is_supported_op(node, "Gather", (13,)) or not self.node_is_compatible(node):
             return None
         if _gather_axis(node, rank) != axis:
             return None
-        found = _scalar_int64(graph, types, _input(node, 1))
+        found = _scalar_int64(graph, _input(node, 1))
         if found is None:
             return None
         start, index_rank = found
@@ -203,16 +200,14 @@ class GatherSliceToSplitFusion(GraphTransformer):
         consumed[start] = True
         return _Piece(node, start, 1, index_rank == 0)
 
-    def _slice(
-        self, graph: Graph, types: ValueTypes, node: Node, rank: int, axis: int, dim: int, consumed: list[bool]
-    ) -> _Piece | None:
+    def _slice(self, graph: Graph, node: Node, rank: int, axis: int, dim: int, consumed: list[bool]) -> _Piece | None:
         """``IsSupportedSlice``."""
         if not is_supported_op(node, "Slice", (13,)) or not self.node_is_compatible(node):
             return None
-        if _slice_axis(graph, types, node, rank) != axis:
+        if _slice_axis(graph, node, rank) != axis:
             return None
-        starts = _scalar_int64(graph, types, node.inputs[1])
-        ends = _scalar_int64(graph, types, node.inputs[2])
+        starts = _scalar_int64(graph, node.inputs[1])
+        ends = _scalar_int64(graph, node.inputs[2])
         if starts is None or ends is None:
             return None
         start, end = starts[0], ends[0]
@@ -223,7 +218,7 @@ class GatherSliceToSplitFusion(GraphTransformer):
         if start >= end:
             return None
         if len(node.inputs) >= 5:
-            step = _scalar_int64(graph, types, node.inputs[4])
+            step = _scalar_int64(graph, node.inputs[4])
             if step is None or step[0] != 1:
                 return None
         for i in range(start, end):
@@ -233,8 +228,8 @@ class GatherSliceToSplitFusion(GraphTransformer):
         return _Piece(node, start, end - start, False)
 
     # ------------------------------------------------------------------ rewrite
-    def _fuse(self, graph: Graph, types: ValueTypes, order: _ConsumerOrder, value: str) -> bool:
-        shape = types.shape(value)
+    def _fuse(self, graph: Graph, order: _ConsumerOrder, value: str) -> bool:
+        shape = graph.shape(value, as_written=True)  # the squeezed outputs copy its dims, ONNX's unk__<n> names too
         if shape is None:
             return False
         rank = len(shape)
@@ -246,16 +241,18 @@ class GatherSliceToSplitFusion(GraphTransformer):
         first = pieces_in[0]
         axis: int | None = _gather_axis(first, rank) if first.op_type == "Gather" else None
         if first.op_type == "Slice":
-            axis = _slice_axis(graph, types, first, rank)
-        if axis is None or axis < 0 or axis >= rank or not shape[axis].HasField("dim_value"):
+            axis = _slice_axis(graph, first, rank)
+        if axis is None or axis < 0 or axis >= rank:
             return False
-        dim = shape[axis].dim_value
+        dim = shape[axis]
+        if not isinstance(dim, int):
+            return False
         consumed = [False] * max(dim, 0)
         pieces: list[_Piece] = []
         for consumer in pieces_in:
-            piece = self._gather(graph, types, consumer, rank, axis, dim, consumed)
+            piece = self._gather(graph, consumer, rank, axis, dim, consumed)
             if piece is None:
-                piece = self._slice(graph, types, consumer, rank, axis, dim, consumed)
+                piece = self._slice(graph, consumer, rank, axis, dim, consumed)
             if piece is None:
                 return False
             pieces.append(piece)
@@ -263,7 +260,7 @@ class GatherSliceToSplitFusion(GraphTransformer):
             return False
 
         lead = pieces[0].node
-        elem = types.elem_type(value)
+        elem = graph.elem_type(value)
         split_outputs: list[str] = []
         for piece in sorted(pieces, key=lambda p: p.start):
             out = piece.node.outputs[0]
@@ -271,16 +268,7 @@ class GatherSliceToSplitFusion(GraphTransformer):
                 split_outputs.append(out)
                 continue
             arg = graph.generate_value_name("split_output")
-            dims: list[int | str | None] = []
-            for i, d in enumerate(shape):
-                if i == axis:
-                    dims.append(piece.length)
-                elif d.HasField("dim_value"):
-                    dims.append(d.dim_value)
-                elif d.HasField("dim_param"):
-                    dims.append(d.dim_param)
-                else:
-                    dims.append(None)
+            dims = [piece.length if i == axis else d for i, d in enumerate(shape)]
             graph.set_value_type(arg, onnx.helper.make_tensor_type_proto(elem or 0, dims))
             axes = graph.generate_node_name("squeeze_axes")
             _add_int64_initializer(graph, axes, [axis])
@@ -335,10 +323,9 @@ class GatherToSliceFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider",)
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, types, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
 
-    def _fuse(self, graph: Graph, types: ValueTypes, rng: Node) -> bool:
+    def _fuse(self, graph: Graph, rng: Node) -> bool:
         if not is_supported_op(rng, "Range", (11, 27)) or not self.node_is_compatible(rng):
             return False
         edges = graph.output_edges(rng)
@@ -351,7 +338,7 @@ class GatherToSliceFusion(GraphTransformer):
         if _input(gather, 1) != rng.outputs[0]:
             return False
         assert len(rng.inputs) == 3, "Range has 3 inputs"
-        elem = types.elem_type(rng.outputs[0]) or 0
+        elem = graph.elem_type(rng.outputs[0]) or 0
         unsqueezed: list[str] = []
         for i in range(3):
             arg = graph.generate_value_name(f"unsqueeze_output_{i}")

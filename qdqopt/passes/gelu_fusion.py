@@ -46,7 +46,6 @@ from qdqopt.passes.graph_utils import (
     output_nodes,
 )
 from qdqopt.passes.qdq_util import (
-    ValueTypes,
     index_of_node_input,
     is_initializer_with_expected_value,
     is_supported_data_type,
@@ -76,23 +75,22 @@ class GeluFusion(GraphTransformer):
         if (self.level == 1) != onnx_gelu:  # L1 fuses only into ONNX's Gelu, L2 only below opset 20
             return False
         domain = "" if onnx_gelu else MS_DOMAIN
-        types = ValueTypes(graph)
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, types, node, domain))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node, domain))
 
-    def _fuse(self, graph: Graph, types: ValueTypes, div: Node, domain: str) -> bool:
+    def _fuse(self, graph: Graph, div: Node, domain: str) -> bool:
         if (
             not is_supported_op(div, "Div", _BINARY)
             or not self.node_is_compatible(div)
             or not check_output_edges(graph, div, 1)
-            or not is_supported_data_type(div, types, _TYPES)
+            or not is_supported_data_type(graph, div, _TYPES)
         ):
             return False
         divisor = div.inputs[1]
         if not is_initializer_with_expected_value(
-            graph, divisor, _SQRT2_APPROX, types
-        ) and not is_initializer_with_expected_value(graph, divisor, _SQRT2, types):
+            graph, divisor, _SQRT2_APPROX
+        ) and not is_initializer_with_expected_value(graph, divisor, _SQRT2):
             return False
-        found = self._match(graph, types, div)
+        found = self._match(graph, div)
         if isinstance(found, NoMatch):
             emit_no_match(found, div.name)
             return False
@@ -108,7 +106,7 @@ class GeluFusion(GraphTransformer):
         finalize_nodes_fusion(graph, found, gelu)
         return True
 
-    def _step(self, graph: Graph, types: ValueTypes, node: Node, div: Node, op: str, versions: tuple[int, ...]) -> str:
+    def _step(self, graph: Graph, node: Node, div: Node, op: str, versions: tuple[int, ...]) -> str:
         """Why ``node`` is not the next node of the chain (an ``op`` with one output edge), or ''."""
         if not is_supported_op(node, op, versions):
             return f"{node.op_type} {node.name!r} is not {op} {list(versions)}"
@@ -116,38 +114,38 @@ class GeluFusion(GraphTransformer):
             return f"{op} {node.name!r} is not on the Div's EP"
         if not check_output_edges(graph, node, 1):
             return f"{op} {node.name!r} has a graph output or more than one output edge"
-        if not is_supported_data_type(node, types, _TYPES):
+        if not is_supported_data_type(graph, node, _TYPES):
             return f"{op} {node.name!r} has an input that is not float16, float or double"
         return ""
 
-    def _match(self, graph: Graph, types: ValueTypes, div: Node) -> list[Node] | NoMatch:
+    def _match(self, graph: Graph, div: Node) -> list[Node] | NoMatch:
         erf = output_nodes(graph, div)[0]
-        why = self._step(graph, types, erf, div, "Erf", (9, 13))
+        why = self._step(graph, erf, div, "Erf", (9, 13))
         if why:
             return NoMatch(why, (erf.name,))
         add = output_nodes(graph, erf)[0]
-        why = self._step(graph, types, add, div, "Add", _BINARY)
+        why = self._step(graph, add, div, "Add", _BINARY)
         if why:
             return NoMatch(why, (add.name,))
         one = add.inputs[1 if add.inputs[0] == erf.outputs[0] else 0]
-        if not is_initializer_with_expected_value(graph, one, 1.0, types):
+        if not is_initializer_with_expected_value(graph, one, 1.0):
             return NoMatch(f"the other input of Add {add.name!r} is not a constant scalar 1", (add.name,))
         mul = output_nodes(graph, add)[0]
         if not is_supported_op(mul, "Mul", _BINARY) or mul.ep != div.ep:
             return NoMatch(f"{mul.op_type} {mul.name!r} after the Add is not a Mul on the Div's EP", (mul.name,))
-        if not is_supported_data_type(mul, types, _TYPES):
+        if not is_supported_data_type(graph, mul, _TYPES):
             return NoMatch(f"Mul {mul.name!r} has an input that is not float16, float or double", (mul.name,))
         root = div.inputs[0]
         mul2 = first_parent_by_type(graph, mul, "Mul")
         if mul2 is not None:  # pattern 1: x * 0.5 computed first
-            why = self._step(graph, types, mul2, div, "Mul", _BINARY)
+            why = self._step(graph, mul2, div, "Mul", _BINARY)
             if why:
                 return NoMatch(why + " (the first Mul producing an input of the last Mul)", (mul2.name,))
             root_index = index_of_node_input(mul2, root)
             if root_index < 0:
                 return NoMatch(f"Mul {mul2.name!r} does not read the Div's input 0", (mul2.name,))
             half = mul2.inputs[1 if root_index == 0 else 0]
-            if not is_initializer_with_expected_value(graph, half, 0.5, types):
+            if not is_initializer_with_expected_value(graph, half, 0.5):
                 return NoMatch(f"the other input of Mul {mul2.name!r} is not a constant scalar 0.5", (mul2.name,))
             return [div, erf, add, mul2, mul]
         # pattern 2: (x * (1 + erf)) * 0.5
@@ -159,7 +157,7 @@ class GeluFusion(GraphTransformer):
         if not is_supported_op(mul2, "Mul", _BINARY):
             return NoMatch(f"{mul2.op_type} {mul2.name!r} after the Mul is not a Mul {list(_BINARY)}", (mul2.name,))
         half = mul2.inputs[1 if mul2.inputs[0] == mul.outputs[0] else 0]
-        if not is_initializer_with_expected_value(graph, half, 0.5, types):
+        if not is_initializer_with_expected_value(graph, half, 0.5):
             return NoMatch(f"the other input of Mul {mul2.name!r} is not a constant scalar 0.5", (mul2.name,))
         return [div, erf, add, mul, mul2]
 

@@ -32,7 +32,7 @@ import onnx
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import output_nodes
-from qdqopt.passes.qdq_util import ValueTypes, produces_graph_output
+from qdqopt.passes.qdq_util import produces_graph_output
 
 __all__ = ["GemmActivationFusion", "is_fusable_activation"]
 
@@ -74,10 +74,9 @@ class GemmActivationFusion(GraphTransformer):
     compatible_eps = (CPU,)
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._try_fuse(graph, node, types))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._try_fuse(graph, node))
 
-    def _try_fuse(self, graph: Graph, gemm: Node, types: ValueTypes) -> bool:
+    def _try_fuse(self, graph: Graph, gemm: Node) -> bool:
         if (
             gemm.op_type != "Gemm"
             or not _onnx_domain(gemm)
@@ -86,7 +85,7 @@ class GemmActivationFusion(GraphTransformer):
             or len(graph.output_edges(gemm)) != 1
         ):
             return False
-        if types.elem_type(gemm.outputs[0]) != onnx.TensorProto.FLOAT:
+        if graph.elem_type(gemm.outputs[0]) != onnx.TensorProto.FLOAT:
             return False  # FusedGemm has a float kernel only
         act = output_nodes(graph, gemm)[0]
         if not is_fusable_activation(act) or act.ep != gemm.ep:

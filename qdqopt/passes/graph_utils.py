@@ -23,10 +23,6 @@ Rules (each function names its ORT counterpart):
   :func:`input_node` (``GetInputNode``), :func:`first_parent_by_type` / :func:`first_child_by_type`
   (``FirstParentByType`` / ``FirstChildByType``), :func:`output_nodes` (``OutputNodesBegin..End``, one per output
   edge, in ``EdgeEndCompare`` order).
-* NodeArg types and shapes (:func:`value_shape`, :func:`value_elem_type`): an initializer's NodeArg has the
-  tensor's dims; other values have the type ``Graph::Resolve`` infers: ONNX shape inference with constant
-  initializer data and data propagation, run again only when a value without a type is asked for after the graph
-  changed (ORT keeps a NodeArg's type between Resolves).
 
 Edges in qdqopt follow the value names, so the ORT helpers' explicit ``AddEdge``/``RemoveEdge`` calls need no
 counterpart here: rewiring an input rewires its edge.
@@ -35,7 +31,6 @@ counterpart here: rewiring an input rewires its edge.
 from __future__ import annotations
 
 import collections
-import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -43,13 +38,11 @@ import numpy as np
 import onnx
 
 from qdqopt.graph import Edge, Graph, Node
-from qdqopt.graph.inference import infer_node_output, infer_with_data, merge_type, producer_index
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
 
 __all__ = [
     "EdgeToMatch",
-    "ShapeDims",
     "can_remove_node",
     "can_replace_node_with_initializer",
     "constant_array",
@@ -70,18 +63,12 @@ __all__ = [
     "node_produces_graph_output",
     "output_edge_count",
     "output_nodes",
-    "refine_cached_type",
     "remove_node",
     "remove_node_with_single_node_in_single_used_output",
     "remove_nodes_with_one_output_bottom_up",
     "replace_downstream_node_input",
     "replace_node_with_initializer",
-    "value_elem_type",
-    "value_shape",
 ]
-
-#: A NodeArg shape: one entry per dim, an int for a known ``dim_value``, a str for a ``dim_param``, None otherwise.
-ShapeDims = list[int | str | None]
 
 
 # ---------------------------------------------------------------------------------------------------- lookups
@@ -480,176 +467,3 @@ def finalize_nodes_fusion(graph: Graph, nodes: Sequence[Node], replacement: Node
         if graph.node(node.index) is not None:
             graph.remove_node(node)
     _move_outputs(graph, replacement, outputs)
-
-
-# --------------------------------------------------------------------------------------------- types/shapes
-# NodeArg types as of the last inference: per graph, value name -> TypeProto; and the structure they were made for.
-_TYPES: weakref.WeakKeyDictionary[Graph, dict[str, onnx.TypeProto]] = weakref.WeakKeyDictionary()
-_TYPED_AT: weakref.WeakKeyDictionary[Graph, tuple[int, ...]] = weakref.WeakKeyDictionary()
-
-
-def _root(graph: Graph) -> Graph:
-    while graph.parent is not None:
-        graph = graph.parent
-    return graph
-
-
-def _stamp(graph: Graph) -> tuple[int, ...]:
-    """Changes whenever a node is added to or removed from the graph or a nested one."""
-    out = [graph.max_node_index(), len(graph)]
-    for _, _, sub in graph.subgraphs():
-        out.extend(_stamp(sub))
-    return tuple(out)
-
-
-def _type_of(graph: Graph, name: str) -> onnx.TypeProto | None:
-    """A value's type as ``Graph::Resolve`` inferred it.
-
-    ORT infers types at each Resolve, so a NodeArg's type is stable between passes; qdqopt infers once and keeps
-    the types, running the inference again only when a value without a type is asked for after the graph changed.
-    """
-    known = _TYPES.get(graph)
-    if known is not None and name in known:
-        return known[name]
-    root = _root(graph)
-    if known is not None and _TYPED_AT.get(root) == _stamp(root):
-        return None
-    _infer_types(root)
-    _TYPED_AT[root] = _stamp(root)
-    return _TYPES.get(graph, {}).get(name)
-
-
-def refine_cached_type(graph: Graph, name: str, inferred: onnx.TypeProto) -> None:
-    """Merge a type a pass re-inferred for a value (``Graph::UpdateShapeInference``) into the types held for
-    :func:`value_shape` and :func:`value_elem_type`, as the NodeArg's type is updated in ORT (nothing to do while
-    none are held: they are inferred from the graph as it is when first asked for)."""
-    known = _TYPES.get(graph)
-    if known is not None:
-        known[name] = merge_type(known.get(name), inferred)
-
-
-def clone_with_types(graph: Graph) -> Graph:
-    """:meth:`Graph.clone`, keeping the types inferred so far (they are cached per graph object, so a bare clone
-    would infer them again from its own, possibly already edited, state)."""
-    new = graph.clone()
-    pending = [(graph, new)]
-    while pending:
-        old, copy = pending.pop()
-        known = _TYPES.get(old)
-        if known is not None:
-            _TYPES[copy] = dict(known)
-        pending += [(a, b) for (_, _, a), (_, _, b) in zip(old.subgraphs(), copy.subgraphs(), strict=True)]
-    stamp = _TYPED_AT.get(graph)
-    if stamp is not None:
-        _TYPED_AT[new] = stamp
-    return new
-
-
-def _infer_types(root: Graph) -> None:
-    """:func:`qdqopt.graph.inference.infer_with_data`, stored per graph."""
-    _store_types(root, infer_with_data(root))
-
-
-def _store_types(graph: Graph, inferred: onnx.GraphProto) -> None:
-    types = _TYPES.setdefault(graph, {})
-    for vi in (*inferred.input, *inferred.output, *inferred.value_info):
-        if vi.HasField("type"):
-            types[vi.name] = vi.type
-    order = graph.topological_order()
-    if len(order) != len(inferred.node):
-        return
-    for node, proto in zip(order, inferred.node, strict=True):
-        for attr in proto.attribute:
-            sub = node.subgraphs.get(attr.name)
-            if sub is not None and attr.HasField("g"):
-                _store_types(sub, attr.g)
-
-
-def value_elem_type(graph: Graph, name: str) -> int | None:
-    """The element type of a value's NodeArg (``TypeAsProto()->tensor_type().elem_type()``), or None."""
-    if not name:
-        return None
-    found = constant_initializer(graph, name) or (
-        (graph, graph.initializer(name)) if graph.is_initializer(name) else None
-    )
-    if found is not None and found[1] is not None:
-        return int(found[1].data_type)
-    known = _TYPES.get(graph)
-    if known is not None and name not in known:  # a value made since the last inference
-        local = _local_type(graph, name)
-        if local is not None and local.HasField("tensor_type") and local.tensor_type.elem_type:
-            return int(local.tensor_type.elem_type)
-    type_proto = _type_of(graph, name)
-    if type_proto is None or not type_proto.HasField("tensor_type"):
-        return None
-    elem = int(type_proto.tensor_type.elem_type)
-    return elem or None
-
-
-#: types :func:`_local_type` found, per graph, by value and the index of the node that produced it
-_LOCAL: weakref.WeakKeyDictionary[Graph, dict[tuple[str, int], onnx.TypeProto | None]] = weakref.WeakKeyDictionary()
-
-
-def _local_type(graph: Graph, name: str) -> onnx.TypeProto | None:
-    """The type ONNX's inference gives a value made since the last inference, node by node from the values that
-    inference typed (``InferAndVerifyTypeMatch`` of each producer in turn, as Resolve runs it); None where that is
-    not enough (an op ONNX has no schema for, a subgraph, a graph input of unknown type): the whole graph is then
-    inferred again."""
-    known = _TYPES.get(graph, {})
-    memo = _LOCAL.setdefault(graph, {})
-    pending = [name]
-    while pending:  # depth first, each producer after the producers of its inputs
-        value = pending[-1]
-        node = graph.producer(value)
-        if node is None or node.subgraphs:
-            return None
-        key = (value, node.index)
-        if key in memo:
-            pending.pop()
-            continue
-        missing = [
-            v
-            for v in node.inputs
-            if v and v not in known and not graph.is_initializer(v) and (v, producer_index(graph, v)) not in memo
-        ]
-        if missing:
-            if len(pending) > len(graph):
-                return None
-            pending.extend(missing)
-            continue
-        pending.pop()
-        memo[key] = infer_node_output(graph, node, value, known, memo)
-    node = graph.producer(name)
-    return memo.get((name, node.index)) if node is not None else None
-
-
-def value_shape(graph: Graph, name: str) -> ShapeDims | None:
-    """A value's NodeArg shape (``NodeArg::Shape()``), or None when it has none.
-
-    An initializer's NodeArg carries the tensor's dims (unless a graph input of that name declares the type).
-    """
-    if not name:
-        return None
-    declared = next((i for i in graph.inputs if i.name == name), None)
-    if graph.is_initializer(name) and declared is None:
-        tensor = graph.initializer(name)
-        assert tensor is not None
-        return [int(d) for d in tensor.dims]
-    type_proto = declared.type if declared is not None else _type_of(graph, name)
-    if type_proto is None or not type_proto.HasField("tensor_type"):
-        if type_proto is None and graph.parent is not None and not graph.defines(name):
-            return value_shape(graph.parent, name)
-        return None
-    tensor_type = type_proto.tensor_type
-    if not tensor_type.HasField("shape"):
-        return None
-    dims: ShapeDims = []
-    for dim in tensor_type.shape.dim:
-        if dim.HasField("dim_value"):
-            dims.append(int(dim.dim_value))
-        elif dim.HasField("dim_param") and not dim.dim_param.startswith("unk__"):
-            # ORT leaves a dim it cannot infer empty; onnx's inference names it unk__<n>
-            dims.append(str(dim.dim_param))
-        else:
-            dims.append(None)
-    return dims

@@ -80,7 +80,7 @@ from qdqopt.passes.graph_utils import (
     node_produces_graph_output,
     output_nodes,
 )
-from qdqopt.passes.qdq_util import ValueTypes, constant_array
+from qdqopt.passes.qdq_util import constant_array
 
 __all__ = ["LayerNormFusion", "LayerNormFusionL1", "LayerNormFusionL2", "SimplifiedLayerNormFusion"]
 
@@ -96,12 +96,12 @@ POW = (7, 12, 13, 15)
 CAST = (9, 13, 19, 21, 23, 24, 25)
 
 
-def supported_data_type(types: ValueTypes, node: Node, first_n_inputs: int = -1) -> bool:
+def supported_data_type(graph: Graph, node: Node, first_n_inputs: int = -1) -> bool:
     """``IsSupportedDataType``: every input (or the first ``first_n_inputs``) is a tensor of a supported type."""
     for i, name in enumerate(node.inputs):
         if first_n_inputs != -1 and i >= first_n_inputs:
             return True
-        if types.elem_type(name) not in SUPPORTED_TYPES:
+        if graph.elem_type(name) not in SUPPORTED_TYPES:
             return False
     return True
 
@@ -136,11 +136,6 @@ def divides_pow_input(div: Node, pow_node: Node) -> bool:
     return bool(div.inputs) and bool(pow_node.inputs) and div.inputs[0] == pow_node.inputs[0]
 
 
-def _rank(types: ValueTypes, name: str) -> int:
-    shape = types.shape(name)
-    return -1 if shape is None else len(shape)
-
-
 def _other_input(node: Node, value: str) -> str:
     """``GetOtherInput``: the input of a two-input node that is not ``value`` ("" if none)."""
     if len(node.inputs) != 2:
@@ -163,11 +158,11 @@ def _epsilon_attribute(graph: Graph, add: Node, variance: str) -> onnx.Attribute
     return onnx.helper.make_attribute("epsilon", value)
 
 
-def _last_rank1_input(types: ValueTypes, node: Node, rank: int) -> str | None:
+def _last_rank1_input(graph: Graph, node: Node, rank: int) -> str | None:
     """The last input of ``node`` whose known shape has ``rank`` dims (ORT's scale/bias pick)."""
     found: str | None = None
     for name in node.inputs:
-        shape = types.shape(name)
+        shape = graph.shape(name)
         if shape is not None and len(shape) == rank:
             found = name
     return found
@@ -185,26 +180,25 @@ class LayerNormFusion(GraphTransformer):
         fuse_in_level_1 = opset is not None and opset >= 17
         if (self.level == 1) != fuse_in_level_1:
             return False
-        types = ValueTypes(graph)
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, types, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
 
-    def _fuse(self, graph: Graph, types: ValueTypes, rm1: Node) -> bool:
+    def _fuse(self, graph: Graph, rm1: Node) -> bool:
         if not is_supported_op(rm1, "ReduceMean", REDUCE_MEAN) or not self.node_is_compatible(rm1):
             return False
         if len(graph.output_edges(rm1)) not in (1, 2) or node_produces_graph_output(graph, rm1):
             return False
-        if not supported_data_type(types, rm1, 1):
+        if not supported_data_type(graph, rm1, 1):
             return False
         children = output_nodes(graph, rm1)
         if any(c.op_type != "Sub" for c in children):
             return False
-        found = self._match(graph, types, rm1, children)
+        found = self._match(graph, rm1, children)
         if isinstance(found, NoMatch):
             emit_no_match(found, rm1.name)
             return False
         nodes, x, scale, bias, add2, rm2, axis = found
         mul = next(n for n in nodes if n.op_type == "Mul")
-        self._check_types(graph, types, mul, x, scale, bias)
+        self._check_types(graph, mul, x, scale, bias)
         fused = graph.add_node(
             graph.generate_node_name(mul.name + "/LayerNormFusion/"),
             "LayerNormalization",
@@ -220,14 +214,14 @@ class LayerNormFusion(GraphTransformer):
         finalize_nodes_fusion(graph, nodes, fused)
         return True
 
-    def _check_types(self, graph: Graph, types: ValueTypes, mul: Node, x: str, scale: str, bias: str) -> None:
+    def _check_types(self, graph: Graph, mul: Node, x: str, scale: str, bias: str) -> None:
         """LayerNormalization-17 binds one type T to X, scale and bias (ORT's own LayerNormalization-1 does not):
         a chain whose Casts change the type between X and the scale fuses all the same, and ORT then fails the
         session when it resolves the graph."""
         opset = graph.opset("")
         if opset is None or opset < 17:
             return
-        found = {types.elem_type(v) for v in (x, scale, bias)}
+        found = {graph.elem_type(v) for v in (x, scale, bias)}
         if len(found) > 1:
             name = mul.name + "/LayerNormFusion/"
             raise ModelError(
@@ -236,14 +230,14 @@ class LayerNormFusion(GraphTransformer):
             )
 
     def _match(
-        self, graph: Graph, types: ValueTypes, rm1: Node, subs: list[Node]
+        self, graph: Graph, rm1: Node, subs: list[Node]
     ) -> tuple[list[Node], str, str, str, Node, Node, int] | NoMatch:
         ep = rm1.ep
         mean = rm1.outputs[0]
 
         def ok(node: Node, op_type: str, versions: tuple[int, ...], first_n: int = -1) -> bool:
             return (
-                is_supported_op(node, op_type, versions) and node.ep == ep and supported_data_type(types, node, first_n)
+                is_supported_op(node, op_type, versions) and node.ep == ep and supported_data_type(graph, node, first_n)
             )
 
         sub, dup = subs[0], (subs[1] if len(subs) == 2 else None)
@@ -274,7 +268,7 @@ class LayerNormFusion(GraphTransformer):
                 is_supported_op(cand, "Cast", CAST)
                 and cand.ep == ep
                 and check_output_edges(graph, cand, 2)
-                and supported_data_type(types, cand)
+                and supported_data_type(graph, cand)
             ):
                 cast1 = cand
                 remove.append(cand)
@@ -341,22 +335,24 @@ class LayerNormFusion(GraphTransformer):
         axes1, axes2 = reduce_mean_axes(graph, rm1), reduce_mean_axes(graph, rm2)
         if not axes1 or not axes2:
             return NoMatch("ReduceMean without axes (all axes) is not a LayerNorm")
-        rank = _rank(types, rm1.inputs[0])
+        x_shape = graph.shape(rm1.inputs[0])
+        rank = -1 if x_shape is None else len(x_shape)
         norm1, norm2 = check_axes(axes1, rank), check_axes(axes2, rank)
         if norm1 is None or norm2 is None or norm1 != norm2:
             return NoMatch("ReduceMean axes are not the same trailing axes", (rm2.name,))
         if len(norm1) != 1:
             return NoMatch("more than one axis: scale and bias would not be 1-D")
-        scale = _last_rank1_input(types, mul, 1)
-        bias = _last_rank1_input(types, last_add, 1)
+        scale = _last_rank1_input(graph, mul, 1)
+        bias = _last_rank1_input(graph, last_add, 1)
         if scale is None or bias is None:
             return NoMatch("no 1-D scale or bias", (mul.name, last_add.name))
-        scale_shape, bias_shape = types.shape(scale), types.shape(bias)
+        scale_shape, bias_shape = graph.shape(scale), graph.shape(bias)
         assert scale_shape is not None and bias_shape is not None
-        if scale_shape[0].dim_value != bias_shape[0].dim_value:
+        scale_dim, bias_dim = scale_shape[0], bias_shape[0]
+        if (scale_dim if isinstance(scale_dim, int) else 0) != (bias_dim if isinstance(bias_dim, int) else 0):
             return NoMatch("scale and bias have different shapes", (mul.name, last_add.name))
         x = leading.inputs[0] if has_leading_cast and leading is not None else rm1.inputs[0]
-        if ep == _CPU and types.elem_type(x) == _TP.FLOAT16:
+        if ep == _CPU and graph.elem_type(x) == _TP.FLOAT16:
             return NoMatch("CPU has no float16 LayerNormalization")
         return remove, x, scale, bias, add2, rm2, norm1[0]
 
@@ -383,15 +379,14 @@ class SimplifiedLayerNormFusion(GraphTransformer):
     compatible_eps = (_CPU, "CUDAExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, types, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
 
-    def _fuse(self, graph: Graph, types: ValueTypes, pow_node: Node) -> bool:
+    def _fuse(self, graph: Graph, pow_node: Node) -> bool:
         if not is_supported_op(pow_node, "Pow", POW) or not self.node_is_compatible(pow_node):
             return False
-        if not check_output_edges(graph, pow_node, 1) or not supported_data_type(types, pow_node):
+        if not check_output_edges(graph, pow_node, 1) or not supported_data_type(graph, pow_node):
             return False
-        found = self._match(graph, types, pow_node)
+        found = self._match(graph, pow_node)
         if found is None:
             return False
         if isinstance(found, NoMatch):
@@ -414,9 +409,7 @@ class SimplifiedLayerNormFusion(GraphTransformer):
         finalize_nodes_fusion(graph, nodes, fused)
         return True
 
-    def _match(
-        self, graph: Graph, types: ValueTypes, pow_node: Node
-    ) -> tuple[list[Node], str, Node, Node, int] | NoMatch | None:
+    def _match(self, graph: Graph, pow_node: Node) -> tuple[list[Node], str, Node, Node, int] | NoMatch | None:
         ep = pow_node.ep
 
         def ok(node: Node, op_type: str, versions: tuple[int, ...], first_n: int = -1) -> bool:
@@ -424,7 +417,7 @@ class SimplifiedLayerNormFusion(GraphTransformer):
                 is_supported_op(node, op_type, versions)
                 and node.ep == ep
                 and check_output_edges(graph, node, 1)
-                and supported_data_type(types, node, first_n)
+                and supported_data_type(graph, node, first_n)
             )
 
         rm = first_child_by_type(graph, pow_node, "ReduceMean")
@@ -447,17 +440,18 @@ class SimplifiedLayerNormFusion(GraphTransformer):
         if is_supported_op(nxt, "Cast", CAST) and check_output_edges(graph, nxt, 1):
             return NoMatch("a Cast between Div and Mul (GPU only)", (nxt.name,))
         mul = nxt
-        if not is_supported_op(mul, "Mul", BINARY) or mul.ep != ep or not supported_data_type(types, mul):
+        if not is_supported_op(mul, "Mul", BINARY) or mul.ep != ep or not supported_data_type(graph, mul):
             return NoMatch("the Div's consumer is not a supported Mul", (mul.name,))
         axes = reduce_mean_axes(graph, rm)
         if not axes:
             return NoMatch("ReduceMean without axes (all axes) is not a LayerNorm", (rm.name,))
-        norm = check_axes(axes, _rank(types, rm.inputs[0]))
+        x_shape = graph.shape(rm.inputs[0])
+        norm = check_axes(axes, -1 if x_shape is None else len(x_shape))
         if norm is None or len(norm) != 1:
             return NoMatch("ReduceMean axes are not the last axis alone", (rm.name,))
-        scale = _last_rank1_input(types, mul, 1)
+        scale = _last_rank1_input(graph, mul, 1)
         if scale is None:
             return NoMatch("no 1-D scale", (mul.name,))
-        if rm.ep == _CPU and types.elem_type(pow_node.inputs[0]) == _TP.FLOAT16:
+        if rm.ep == _CPU and graph.elem_type(pow_node.inputs[0]) == _TP.FLOAT16:
             return NoMatch("CPU has no float16 SimplifiedLayerNormalization")
         return [pow_node, rm, add, sqrt, div, mul], scale, add, rm, norm[0]

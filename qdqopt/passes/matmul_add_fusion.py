@@ -31,9 +31,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, dims_equal
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.qdq_util import ValueTypes, dims_equal, is_supported_op, produces_graph_output, tensor_from_array
+from qdqopt.passes.qdq_util import is_supported_op, produces_graph_output, tensor_from_array
 
 __all__ = ["MatMulAddFusion"]
 
@@ -85,23 +85,12 @@ class MatMulAddFusion(GraphTransformer):
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         level2 = ctx.partitioned
         cache = _AttentionPatternCache()
-        types = ValueTypes(graph)
         return self.visit_in_order(
-            graph, ctx, graph_level, lambda node: _try_fuse(graph, node, types, cache, preserve_attention=not level2)
+            graph, ctx, graph_level, lambda node: _try_fuse(graph, node, cache, preserve_attention=not level2)
         )
 
 
-def _known(dim: onnx.TensorShapeProto.Dimension) -> bool:
-    return bool(dim.HasField("dim_value"))
-
-
-def _value_1(dim: onnx.TensorShapeProto.Dimension) -> bool:
-    return bool(dim.HasField("dim_value")) and dim.dim_value == 1
-
-
-def _try_fuse(
-    graph: Graph, matmul: Node, types: ValueTypes, cache: _AttentionPatternCache, *, preserve_attention: bool
-) -> bool:
+def _try_fuse(graph: Graph, matmul: Node, cache: _AttentionPatternCache, *, preserve_attention: bool) -> bool:
     if not is_supported_op(matmul, "MatMul", (1, 9, 13)):
         return False
     edges = graph.output_edges(matmul)
@@ -111,11 +100,11 @@ def _try_fuse(
     assert add is not None
     if not is_supported_op(add, "Add", (7, 13, 14)) or add.ep != matmul.ep:
         return False
-    a_type = types.elem_type(matmul.inputs[0])
-    if a_type is None or a_type != types.elem_type(add.inputs[0]) or a_type not in _FLOATS:
+    a_type = graph.elem_type(matmul.inputs[0])
+    if a_type is None or a_type != graph.elem_type(add.inputs[0]) or a_type not in _FLOATS:
         return False
-    a_shape = types.shape(matmul.inputs[0])
-    b_shape = types.shape(matmul.inputs[1])
+    a_shape = graph.shape(matmul.inputs[0])
+    b_shape = graph.shape(matmul.inputs[1])
     if a_shape is None or b_shape is None or len(b_shape) != 2:
         return False
     need_reshape = len(a_shape) != 2
@@ -124,25 +113,27 @@ def _try_fuse(
     if need_reshape:
         if cache.is_attention_pattern(graph, matmul, add) and preserve_attention:
             return False
-        if not all(_known(d) and d.dim_value >= 0 for d in a_shape):
+        a_dims = [d for d in a_shape if isinstance(d, int) and d >= 0]
+        if len(a_dims) != len(a_shape):
             return False
-        if not _known(b_shape[0]) or not _known(dim_n):
+        k_dim = b_shape[0]
+        if not isinstance(k_dim, int) or not isinstance(dim_n, int):
             return False
-        m = int(np.prod([d.dim_value for d in a_shape[:-1]], dtype=np.int64))
-        k, n = b_shape[0].dim_value, dim_n.dim_value
+        m = int(np.prod(a_dims[:-1], dtype=np.int64))
+        k, n = k_dim, dim_n
     bias_slot = 1 if matmul.outputs[0] == add.inputs[0] else 0
     bias = add.inputs[bias_slot]
-    bias_shape = types.shape(bias)
+    bias_shape = graph.shape(bias)
     if bias_shape is None:
         return False
     valid = (
         (len(bias_shape) == 1 and dims_equal(bias_shape[0], dim_n))
-        or (not need_reshape and len(bias_shape) == 2 and _value_1(bias_shape[0]) and dims_equal(bias_shape[1], dim_n))
+        or (not need_reshape and len(bias_shape) == 2 and bias_shape[0] == 1 and dims_equal(bias_shape[1], dim_n))
         or (
             not need_reshape
             and len(bias_shape) == 2
             and dims_equal(bias_shape[0], a_shape[0])
-            and (_value_1(bias_shape[1]) or dims_equal(bias_shape[1], dim_n))
+            and (bias_shape[1] == 1 or dims_equal(bias_shape[1], dim_n))
         )
     )
     if not valid:
@@ -151,9 +142,8 @@ def _try_fuse(
     gemm_inputs = [*matmul.inputs, bias]
     gemm_output = add.outputs[0]
     if need_reshape:
-        a_dims = [d.dim_value for d in a_shape]
-        gemm_inputs[0] = _add_reshape(graph, types, matmul, "gemm_input", matmul.inputs[0], None, [m, k], [m, k])
-        gemm_output = _add_reshape(graph, types, matmul, "gemm_output", None, add.outputs[0], [*a_dims[:-1], n], [m, n])
+        gemm_inputs[0] = _add_reshape(graph, matmul, "gemm_input", matmul.inputs[0], None, [m, k], [m, k])
+        gemm_output = _add_reshape(graph, matmul, "gemm_output", None, add.outputs[0], [*a_dims[:-1], n], [m, n])
     graph.add_node(
         graph.generate_node_name(matmul.name + "/MatMulAddFusion"),
         "Gemm",
@@ -169,7 +159,6 @@ def _try_fuse(
 
 def _add_reshape(
     graph: Graph,
-    types: ValueTypes,
     matmul: Node,
     base: str,
     source: str | None,
@@ -181,7 +170,7 @@ def _add_reshape(
     shape_name = graph.generate_node_name(base + "_shape")
     graph.add_initializer(tensor_from_array(np.array(shape, dtype=np.int64), shape_name, onnx.TensorProto.INT64))
     arg = graph.generate_value_name(base + "_reshape_arg")
-    elem = types.elem_type(matmul.inputs[0])
+    elem = graph.elem_type(matmul.inputs[0])
     assert elem is not None
     graph.set_value_type(arg, onnx.helper.make_tensor_type_proto(elem, arg_dims))
     graph.add_node(

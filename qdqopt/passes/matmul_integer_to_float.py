@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import onnx
 
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, ShapeDims
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
     check_output_edges,
@@ -43,20 +43,20 @@ from qdqopt.passes.graph_utils import (
     is_constant,
     is_supported_op,
 )
-from qdqopt.passes.qdq_util import ValueTypes
 
 __all__ = ["MatMulIntegerToFloatFusion"]
 
 _DML = "DmlExecutionProvider"
 
 
-def _bias_shape_ok(shape: list[onnx.TensorShapeProto.Dimension] | None) -> bool:
+def _bias_shape_ok(shape: ShapeDims | None) -> bool:
     """``CheckBiasShape``: rank >= 1, every dim but the last has value 1, the last a value > 1."""
     if not shape:
         return False
-    if any(d.dim_value != 1 for d in shape[:-1]):
+    if any(d != 1 for d in shape[:-1]):
         return False
-    return shape[-1].dim_value > 1
+    last = shape[-1]
+    return isinstance(last, int) and last > 1
 
 
 class MatMulIntegerToFloatFusion(GraphTransformer):
@@ -66,11 +66,10 @@ class MatMulIntegerToFloatFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", _DML, "ACLExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
         to_remove: list[Node] = []
 
         def visit(node: Node) -> bool:
-            self._try_fuse(graph, node, types, to_remove)
+            self._try_fuse(graph, node, to_remove)
             return False
 
         modified = self.visit_in_order(graph, ctx, graph_level, visit)
@@ -78,12 +77,12 @@ class MatMulIntegerToFloatFusion(GraphTransformer):
             graph.remove_node(node)
         return modified or bool(to_remove)
 
-    def _try_fuse(self, graph: Graph, mul: Node, types: ValueTypes, to_remove: list[Node]) -> None:
+    def _try_fuse(self, graph: Graph, mul: Node, to_remove: list[Node]) -> None:
         is_dml = mul.ep == _DML
         if (
             not is_supported_op(mul, "Mul", (7, 13, 14))
             or not self.node_is_compatible(mul)
-            or (not is_dml and types.elem_type(mul.inputs[0]) == onnx.TensorProto.FLOAT16)
+            or (not is_dml and graph.elem_type(mul.inputs[0]) == onnx.TensorProto.FLOAT16)
         ):
             return
         cast = first_parent_by_type(graph, mul, "Cast")
@@ -108,7 +107,7 @@ class MatMulIntegerToFloatFusion(GraphTransformer):
             candidate = first_child_by_type(graph, mul, "Add")
             if candidate is not None:
                 for value in candidate.inputs[:2]:
-                    if is_constant(graph, value) and _bias_shape_ok(types.shape(value)):
+                    if is_constant(graph, value) and _bias_shape_ok(graph.shape(value)):
                         add, bias = candidate, value
                         break
         zps = [matmul.inputs[i] if len(matmul.inputs) > i else "" for i in (2, 3)]

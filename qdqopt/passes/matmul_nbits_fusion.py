@@ -24,7 +24,7 @@ from qdqopt.events import Kind, emit, matched_text
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import check_output_edges
-from qdqopt.passes.qdq_util import ValueTypes, is_supported_op
+from qdqopt.passes.qdq_util import is_supported_op
 
 __all__ = ["MatMulNBitsFusion"]
 
@@ -38,15 +38,14 @@ class MatMulNBitsFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", "CUDAExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._match(graph, node, types))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._match(graph, node))
 
-    def _match(self, graph: Graph, node: Node, types: ValueTypes) -> bool:
+    def _match(self, graph: Graph, node: Node) -> bool:
         if not self.node_is_compatible(node):
             return False
         if node.op_type != "MatMulNBits" or node.domain != "com.microsoft":
             return False
-        selected = _select_bias(graph, node, types)
+        selected = _select_bias(graph, node)
         if selected is None:
             return False
         add, bias_slot = selected
@@ -55,7 +54,7 @@ class MatMulNBitsFusion(GraphTransformer):
         return True
 
 
-def _select_bias(graph: Graph, node: Node, types: ValueTypes) -> tuple[Node, int] | None:
+def _select_bias(graph: Graph, node: Node) -> tuple[Node, int] | None:
     """``selectors::BiasFusion``: the Add and the slot of its bias input, or None."""
     if len(node.inputs) > _BIAS_SLOT and node.inputs[_BIAS_SLOT]:
         return None
@@ -67,11 +66,11 @@ def _select_bias(graph: Graph, node: Node, types: ValueTypes) -> tuple[Node, int
     if not is_supported_op(add, "Add", (7, 13, 14)) or add.ep != node.ep:
         return None
     bias_slot = 1 if edge.dst_slot == 0 else 0
-    shape = types.shape(add.inputs[bias_slot])
+    shape = graph.shape(add.inputs[bias_slot])
     if shape is None:
         return None
     n = node.attr_int("N")
-    if len(shape) != 1 or not shape[0].HasField("dim_value") or shape[0].dim_value != n:
+    if len(shape) != 1 or not isinstance(shape[0], int) or shape[0] != n:
         return None
     return add, bias_slot
 

@@ -46,7 +46,7 @@ from qdqopt.errors import ModelError
 from qdqopt.graph import Edge, Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import check_output_edges
-from qdqopt.passes.qdq_util import ValueTypes, is_supported_op, produces_graph_output
+from qdqopt.passes.qdq_util import is_supported_op, produces_graph_output
 
 __all__ = ["MatMulScaleFusion"]
 
@@ -78,10 +78,9 @@ class MatMulScaleFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", "ACLExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._process(graph, node, types))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._process(graph, node))
 
-    def _process(self, graph: Graph, node: Node, types: ValueTypes) -> bool:
+    def _process(self, graph: Graph, node: Node) -> bool:
         if not self.node_is_compatible(node):
             return False
         if not (
@@ -89,33 +88,28 @@ class MatMulScaleFusion(GraphTransformer):
         ):
             return False
         allowed = _SUPPORTED_TYPES.get(node.ep)
-        if allowed is not None and not all(types.elem_type(v) in allowed for v in node.inputs):
+        if allowed is not None and not all(graph.elem_type(v) in allowed for v in node.inputs):
             return False
-        inputs = _input_merges(graph, node, types)
-        outputs = _output_merges(graph, node, types)
+        inputs = _input_merges(graph, node)
+        outputs = _output_merges(graph, node)
         if not inputs and not outputs:
             return False
         _fuse(graph, node, inputs, outputs)
         return True
 
 
-def _rank(types: ValueTypes, name: str) -> int:
-    shape = types.shape(name)
-    return 0 if shape is None else len(shape)
-
-
-def _scalar_constant(graph: Graph, types: ValueTypes, name: str, max_rank: int) -> np.float32 | None:
+def _scalar_constant(graph: Graph, name: str, max_rank: int) -> np.float32 | None:
     """``GetScalarConstantInitializer``: the value as float32 when ``name`` is a constant initializer of one element
     and rank <= ``max_rank``."""
     tensor = graph.constant_initializer(name)
     if tensor is None:
         return None
-    shape = types.shape(name)
+    shape = graph.shape(name)
     if shape is None:  # ORT_ENFORCE: an initializer's NodeArg always has a shape
         raise ModelError(f"constant initializer {name!r} has no shape")
-    if not all(d.HasField("dim_value") for d in shape):
+    dims = [d for d in shape if isinstance(d, int)]
+    if len(dims) != len(shape):
         return None  # a symbolic dim: TensorShape size -1
-    dims = [d.dim_value for d in shape]
     if int(np.prod(dims, dtype=np.int64)) != 1 or len(dims) > max_rank:
         return None
     if tensor.data_type not in _SCALAR_TYPES:
@@ -125,24 +119,24 @@ def _scalar_constant(graph: Graph, types: ValueTypes, name: str, max_rank: int) 
     return np.float32(value.reshape(-1)[0])
 
 
-def _scale_from_node(graph: Graph, types: ValueTypes, node: Node) -> tuple[np.float32, int] | None:
+def _scale_from_node(graph: Graph, node: Node) -> tuple[np.float32, int] | None:
     """``GetScaleFromNode``: (scale, index of the scale input) for a Div or Mul by a scalar constant."""
     if is_supported_op(node, "Div", _SCALE_VERSIONS):
-        divisor = _scalar_constant(graph, types, node.inputs[1], _rank(types, node.inputs[0]))
+        divisor = _scalar_constant(graph, node.inputs[1], len(graph.shape(node.inputs[0]) or ()))
         if divisor is None:
             return None
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
             return np.float32(1.0) / divisor, 1
     if is_supported_op(node, "Mul", _SCALE_VERSIONS):
         for index in (0, 1):
-            multiplier = _scalar_constant(graph, types, node.inputs[index], _rank(types, node.inputs[1 - index]))
+            multiplier = _scalar_constant(graph, node.inputs[index], len(graph.shape(node.inputs[1 - index]) or ()))
             if multiplier is not None:
                 return multiplier, index
     return None
 
 
 def _scale_neighbours(
-    graph: Graph, types: ValueTypes, node: Node, edges: Iterable[Edge], *, upstream: bool
+    graph: Graph, node: Node, edges: Iterable[Edge], *, upstream: bool
 ) -> Iterator[tuple[Edge, Node, np.float32, int]]:
     """Per edge, in order, the node at its other end (the producer when ``upstream``, else the consumer) if it runs
     on ``node``'s EP and scales by a constant: the edge, that scale node, the scale and the scale's input slot."""
@@ -151,27 +145,27 @@ def _scale_neighbours(
         assert scale_node is not None
         if scale_node.ep != node.ep:
             continue
-        found = _scale_from_node(graph, types, scale_node)
+        found = _scale_from_node(graph, scale_node)
         if found is not None:
             scale, scale_index = found
             yield edge, scale_node, scale, scale_index
 
 
-def _input_merges(graph: Graph, node: Node, types: ValueTypes) -> list[_Merge]:
+def _input_merges(graph: Graph, node: Node) -> list[_Merge]:
     merges: list[_Merge] = []
-    found = _scale_neighbours(graph, types, node, graph.input_edges(node), upstream=True)
+    found = _scale_neighbours(graph, node, graph.input_edges(node), upstream=True)
     for edge, scale_node, scale, scale_index in found:
         unscaled = scale_node.inputs[1 - scale_index]
-        shape = types.shape(unscaled)
+        shape = graph.shape(unscaled)
         if shape is not None and len(shape) > 0:
             merges.append(_Merge(scale_node, scale, unscaled, edge.dst_slot))
     return merges
 
 
-def _output_merges(graph: Graph, node: Node, types: ValueTypes) -> list[_Merge]:
+def _output_merges(graph: Graph, node: Node) -> list[_Merge]:
     if not check_output_edges(graph, node, 1):
         return []
-    found = _scale_neighbours(graph, types, node, graph.output_edges(node), upstream=False)
+    found = _scale_neighbours(graph, node, graph.output_edges(node), upstream=False)
     return [_Merge(scale_node, scale, scale_node.outputs[0], edge.src_slot) for edge, scale_node, scale, _ in found]
 
 

@@ -53,7 +53,6 @@ import onnx
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import is_supported_op, node_produces_graph_output
-from qdqopt.passes.qdq_util import ValueTypes
 
 __all__ = ["MatmulTransposeFusion"]
 
@@ -68,7 +67,6 @@ class _State:
     """One ``ApplyImpl`` call on one graph: the lookups of the last Resolve and the pass's own bookkeeping."""
 
     graph: Graph
-    types: ValueTypes
     producers: dict[str, int]
     consumers: dict[str, int]
     consumer_count: dict[str, int] = field(default_factory=dict)
@@ -104,11 +102,11 @@ def _snapshot(graph: Graph) -> tuple[dict[str, int], dict[str, int]]:
     return producers, consumers
 
 
-def _perms(node: Node, types: ValueTypes) -> list[int] | None:
+def _perms(graph: Graph, node: Node) -> list[int] | None:
     """``GetTransposePerms``."""
     if "perm" in node.attributes:
         return [int(p) for p in node.attributes["perm"].ints]
-    shape = types.shape(node.inputs[0])
+    shape = graph.shape(node.inputs[0])
     if shape is None:
         return None
     return list(range(len(shape)))[::-1]
@@ -126,7 +124,7 @@ def _transpose_from_output(state: _State, value: str) -> _Side | None:
     node = state.producer(value)
     if node is None or node.op_type != "Transpose" or node_produces_graph_output(state.graph, node):
         return None
-    perms = _perms(node, state.types)
+    perms = _perms(state.graph, node)
     if perms is None:
         return None
     rank = len(perms)
@@ -162,11 +160,11 @@ def _reorder_cast_and_transpose(state: _State, cast: Node) -> _Side | None:
 
     new_output = cast_output + SUFFIX
     if not graph.has_value(new_output):  # GetOrCreateNodeArg keeps an existing arg's type
-        base = state.types.type_proto(transpose_input)
+        base = graph.type_proto(transpose_input)
         new_type = onnx.TypeProto()
         if base is not None:
             new_type.CopyFrom(base)
-        out_type = state.types.type_proto(cast_output)
+        out_type = graph.type_proto(cast_output)
         assert out_type is not None
         new_type.tensor_type.elem_type = out_type.tensor_type.elem_type
         graph.set_value_type(new_output, new_type)
@@ -202,14 +200,14 @@ def _allowed(elem: int | None, ep: str) -> bool:
     return elem in (_CPU_TYPES if ep == "CPUExecutionProvider" else _OTHER_TYPES)
 
 
-def _is_candidate(node: Node, compatible: tuple[str, ...], types: ValueTypes) -> bool:
+def _is_candidate(graph: Graph, node: Node, compatible: tuple[str, ...]) -> bool:
     if not (
         is_supported_op(node, "MatMul", (9, 13)) or is_supported_op(node, "FusedMatMul", (1,), "com.microsoft")
     ) or (node.ep not in compatible):
         return False
     if len(node.inputs) < 2:
         return False
-    if not all(_allowed(types.elem_type(v), node.ep) for v in node.inputs[:2]):
+    if not all(_allowed(graph.elem_type(v), node.ep) for v in node.inputs[:2]):
         return False
     return node.inputs[0] != node.inputs[1]
 
@@ -218,8 +216,8 @@ def _side_skipped(node: Node, attr: str) -> bool:
     return node.op_type == "FusedMatMul" and node.attr_int(attr, 0) != 0
 
 
-def _same_rank(types: ValueTypes, a: str, b: str) -> bool:
-    sa, sb = types.shape(a), types.shape(b)
+def _same_rank(graph: Graph, a: str, b: str) -> bool:
+    sa, sb = graph.shape(a), graph.shape(b)
     return sa is not None and sb is not None and len(sa) == len(sb)
 
 
@@ -230,9 +228,8 @@ class MatmulTransposeFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
         producers, consumers = _snapshot(graph)
-        state = _State(graph, types, producers, consumers)
+        state = _State(graph, producers, consumers)
         modified = self.visit_in_order(graph, ctx, graph_level, lambda node: self._process(state, node))
         for index in state.removed:
             dead = graph.node(index)
@@ -253,14 +250,14 @@ class MatmulTransposeFusion(GraphTransformer):
         return found
 
     def _process(self, state: _State, node: Node) -> bool:
-        graph, types = state.graph, state.types
-        if not _is_candidate(node, self.compatible_eps, types):
+        graph = state.graph
+        if not _is_candidate(graph, node, self.compatible_eps):
             return False
         left_input, right_input = node.inputs[0], node.inputs[1]
         left = self._side(state, node, 0, "transBatchA")
         right = self._side(state, node, 1, "transBatchB")
         if ((left is not None and left.trans_batch) or (right is not None and right.trans_batch)) and not _same_rank(
-            types, left_input, right_input
+            graph, left_input, right_input
         ):
             if left is not None and left.trans_batch:
                 left = None

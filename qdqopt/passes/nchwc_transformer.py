@@ -71,7 +71,7 @@ from qdqopt.graph.stdhash import StdUnorderedMap
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import constant_initializer, is_constant, is_supported_op
 from qdqopt.passes.nchwc_reorder import align_up, reorder_filter_oihwbibo, reorder_filter_oihwbo
-from qdqopt.passes.qdq_util import ValueTypes, tensor_from_array
+from qdqopt.passes.qdq_util import tensor_from_array
 
 __all__ = ["NchwcTransformer"]
 
@@ -145,15 +145,14 @@ class _NchwcArg:
     shape: _Shape
 
 
-def _dim_value(dim: onnx.TensorShapeProto.Dimension) -> int | None:
-    return int(dim.dim_value) if dim.HasField("dim_value") else None
+def _dim_value(dim: int | str | None) -> int | None:
+    return dim if isinstance(dim, int) else None
 
 
-def _dim_param(dim: onnx.TensorShapeProto.Dimension) -> str | None:
-    """A symbolic dim as ORT keeps it (symbols ONNX inference invents, ``unk__N``, are unknown dims to ORT)."""
-    if dim.HasField("dim_param") and dim.dim_param and not dim.dim_param.startswith("unk__"):
-        return str(dim.dim_param)
-    return None
+def _dim_param(dim: int | str | None) -> str | None:
+    """A symbolic dim as ORT keeps it (:data:`~qdqopt.graph.ShapeDims` has none for the symbols ONNX inference
+    invents, ``unk__N``: unknown dims to ORT); an empty name is none either."""
+    return dim if isinstance(dim, str) and dim else None
 
 
 class _Impl:
@@ -166,7 +165,6 @@ class _Impl:
     def __init__(self, graph: Graph, block: int) -> None:
         self.graph = graph
         self.block = block
-        self.types = ValueTypes(graph)
         self.in_edges: dict[int, list[Edge]] = {n.index: graph.input_edges(n) for n in graph.nodes()}
         self.out_edges: dict[int, list[Edge]] = {n.index: graph.output_edges(n) for n in graph.nodes()}
         self.removed_edges: set[Edge] = set()
@@ -445,9 +443,9 @@ class _Impl:
         ):
             return
         source_value = node.inputs[0]
-        if self.types.elem_type(source_value) != onnx.TensorProto.FLOAT:
+        if self.graph.elem_type(source_value) != onnx.TensorProto.FLOAT:
             return
-        shape = self.types.shape(source_value)
+        shape = self.graph.shape(source_value)
         if shape is None or len(shape) != _DIMS:
             return
         channels = _dim_value(shape[1])
@@ -485,12 +483,12 @@ class _Impl:
         return self.add_node(name, "Reshape", [source, shape_value], [target], domain="", doc_string="Reshape")
 
     def _shapes_match(self, node: Node, args: list[_NchwcArg]) -> bool:
-        shape0 = self.types.shape(node.inputs[0])
+        shape0 = self.graph.shape(node.inputs[0])
         for n in range(1, len(args)):
             for i in range(_DIMS):
                 if args[0].shape.dim_equal(args[n].shape, i):
                     continue
-                shape_n = self.types.shape(node.inputs[n])
+                shape_n = self.graph.shape(node.inputs[n])
                 if shape0 is None or shape_n is None:
                     return False
                 d0, dn = shape0[i], shape_n[i]
@@ -768,7 +766,7 @@ class _Impl:
             tensor = found[1]
             if tensor.data_type != onnx.TensorProto.INT64 or list(tensor.dims) != [4]:
                 return
-            shape = self.types.shape(inputs[0])
+            shape = self.graph.shape(inputs[0])
             if shape is None or len(shape) < 4:
                 return
             sizes = [int(v) for v in found[0].array(sizes_value).reshape(-1)]

@@ -50,7 +50,6 @@ from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.qdq_util import (
     SCALE_ID,
     ZERO_POINT_ID,
-    ValueTypes,
     constant_initializer,
     has_constant_scalar_scale_and_zp,
     is_dq,
@@ -99,10 +98,9 @@ class QDQPropagationTransformer(GraphTransformer):
             node = graph.node(index)
             if node is not None and self.recurse(node, ctx, graph_level):
                 modified = True
-        types = ValueTypes(graph)
         if _propagate_q_backward(graph, order, self):
             modified = True
-        if _propagate_dq_forward(graph, order, self, types):
+        if _propagate_dq_forward(graph, order, self):
             modified = True
         return modified
 
@@ -198,11 +196,11 @@ def _dq_attrs_from_q(q: Node) -> _Attrs:
     return _Attrs(protos, order)
 
 
-def _q_attrs_from_dq(dq: Node, types: ValueTypes) -> _Attrs:
+def _q_attrs_from_dq(graph: Graph, dq: Node) -> _Attrs:
     """``MakeQAttrsFromDQ``: a copy of the DQ's attributes, plus ``output_dtype`` from opset 21 on."""
     attrs = _copy_attrs(dq)
     if dq.domain in ("", "ai.onnx") and dq.since_version is not None and dq.since_version >= 21:
-        elem = types.elem_type(dq.inputs[0])
+        elem = graph.elem_type(dq.inputs[0])
         if elem is not None:
             attrs.protos["output_dtype"] = onnx.helper.make_attribute("output_dtype", elem)
             attrs.order.insert("output_dtype")
@@ -277,7 +275,7 @@ def _has_constant_data_input(graph: Graph, dq: Node) -> bool:
     return producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx")
 
 
-def _propagate_dq_forward(graph: Graph, order: list[int], transformer: GraphTransformer, types: ValueTypes) -> bool:
+def _propagate_dq_forward(graph: Graph, order: list[int], transformer: GraphTransformer) -> bool:
     modified = False
     for index in order:
         dq = graph.node(index)
@@ -296,7 +294,7 @@ def _propagate_dq_forward(graph: Graph, order: list[int], transformer: GraphTran
             group = groups.popleft()
             if not group or any(e.dst is not None and is_q(_node(graph, e.dst[0])) for e in group):
                 continue
-            q_attrs = _q_attrs_from_dq(dq, types)
+            q_attrs = _q_attrs_from_dq(graph, dq)
             _insert_qdq_pairs(graph, group, params[0], params[1], dq.domain, q_attrs, _copy_attrs(dq))
             modified = True
             for edge in group:

@@ -28,7 +28,6 @@ from qdqopt import events
 from qdqopt.events import Event, Kind, NoMatch, Unit, emit, emit_no_match, matched_text
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import clone_with_types
 from qdqopt.passes.qdq.actions import DropAction
 from qdqopt.passes.qdq.registry import Entry, build_registry, entries_for
 from qdqopt.passes.qdq.selectors import Ctx, Selection, find_children_by_type, find_parents_by_type
@@ -189,9 +188,10 @@ def _report(group: list[Event]) -> UnitReport:
 def explain_units(graph: Graph, ctx: PassContext) -> list[UnitReport]:
     """Every candidate unit of ``graph`` as the transformer sees it, read from the events of one application on a
     copy (``graph`` itself is not modified)."""
-    work = clone_with_types(graph)
+    work = graph.clone()  # the types inferred so far included
     transformer = QDQSelectorActionTransformer()
     log = events.EventLog()
     with events.recording(log), log.scope(pass_name=transformer.name):
+        work.begin_pass()
         transformer.apply_impl(work, ctx, 0)
     return unit_reports(log.events)

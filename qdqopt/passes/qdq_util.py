@@ -4,11 +4,6 @@ Besides ``MatchQNode``/``MatchDQNode`` this module holds what several passes ask
 
 * **constant initializers** as ``Graph::GetConstantInitializer`` finds them: an initializer of this graph that no
   graph input overrides, else (``check_outer_scope``) one of an enclosing graph, unless a local value shadows it;
-* **NodeArg shapes and types** (:class:`ValueTypes`): an initializer's NodeArg has the tensor's type and shape, a
-  graph input its declared type, anything else the type ``Resolve`` inferred. ORT has every NodeArg typed when a
-  pass starts (the previous modifying pass ended with ``Resolve``); qdqopt infers lazily, once per pass
-  application, the first time a pass needs a type it does not know. A NodeArg a pass creates is untyped until the
-  end of that pass, as in ORT (``GetOrCreateNodeArg(name, nullptr)``);
 * ``optimizer_utils::IsScalar`` (rank 0, or rank 1 with the one dim equal to 1),
   ``IsInitializerWithExpectedValue`` (float form), ``IndexOfNodeInput`` and ``IsSupportedDataType``;
 * ``QOrDQNodeHasConstantScalarScaleAndZeroPoint``, ``IsDQSupported``, ``IsQDQPairSupported`` (both nodes have all
@@ -32,10 +27,8 @@ __all__ = [
     "QDQ_OPSETS",
     "SCALE_ID",
     "ZERO_POINT_ID",
-    "ValueTypes",
     "constant_array",
     "constant_initializer",
-    "dims_equal",
     "has_constant_scalar_scale_and_zp",
     "index_of_node_input",
     "is_dq",
@@ -84,23 +77,6 @@ def is_dq(node: Node) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- initializers
-def _is_local(graph: Graph, name: str) -> bool:
-    """Whether ``name`` is defined in ``graph`` itself (node output, initializer or graph input)."""
-    return graph.producer(name) is not None or graph.is_initializer(name) or any(i.name == name for i in graph.inputs)
-
-
-def _initializer_graph(graph: Graph, name: str, *, check_outer_scope: bool = True) -> Graph | None:
-    """The graph whose initializer ``name`` is, as seen from ``graph`` (a local value shadows outer ones)."""
-    current: Graph | None = graph
-    while current is not None:
-        if current.is_initializer(name):
-            return current
-        if not check_outer_scope or _is_local(current, name):
-            return None
-        current = current.parent
-    return None
-
-
 def constant_initializer(graph: Graph, name: str, *, check_outer_scope: bool = True) -> onnx.TensorProto | None:
     """``Graph::GetConstantInitializer``: the initializer if no graph input can override it, else None."""
     return graph.constant_initializer(name, check_outer_scope=check_outer_scope)
@@ -111,119 +87,35 @@ def constant_array(graph: Graph, name: str, *, check_outer_scope: bool = True) -
     return graph.constant_array(name, check_outer_scope=check_outer_scope)
 
 
-# ---------------------------------------------------------------------------------------------- NodeArg types
-Dim = onnx.TensorShapeProto.Dimension
+# ---------------------------------------------------------------------------------------------- scalars
+def is_scalar_arg(graph: Graph, name: str) -> bool:
+    """``optimizer_utils::IsScalar``: rank 0, or rank 1 with a dim of value 1 (unknown shape: False).
 
-
-class ValueTypes:
-    """NodeArg types and shapes of one graph as ORT has them while a pass runs (see the module docstring)."""
-
-    def __init__(self, graph: Graph) -> None:
-        self.graph = graph
-        self._known_at_start = graph.value_names()
-        self._inferred = False
-
-    def type_proto(self, name: str) -> onnx.TypeProto | None:
-        graph = self.graph
-        if not name:
-            return None
-        owner = _initializer_graph(graph, name)
-        if owner is not None:
-            declared = _declared_input_type(owner, name)
-            if declared is not None:
-                return declared
-            tensor = owner.initializer(name)
-            assert tensor is not None
-            return onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
-        declared = _declared_input_type(graph, name)
-        if declared is not None:
-            return declared
-        if name not in self._known_at_start:
-            return None  # created by this pass: untyped until Resolve
-        found = graph.value_type(name)
-        shapeless = found is not None and found.HasField("tensor_type") and not found.tensor_type.HasField("shape")
-        if (found is None or shapeless) and not self._inferred:
-            # a value a pass typed without a shape (InsertCast's Casts) has the shape the last Resolve inferred
-            self._inferred = True
-            from qdqopt.partition import infer_types
-
-            root = graph
-            while root.parent is not None:
-                root = root.parent
-            infer_types(root)
-            found = graph.value_type(name)
-        return found
-
-    def elem_type(self, name: str) -> int | None:
-        """The tensor element type (``TensorProto.DataType``), None if unknown or not a tensor."""
-        found = self.type_proto(name)
-        if found is None or found.WhichOneof("value") != "tensor_type" or not found.tensor_type.elem_type:
-            return None
-        return int(found.tensor_type.elem_type)
-
-    def shape(self, name: str) -> list[Dim] | None:
-        """``NodeArg::Shape()``: the dims, or None when the shape (rank) is unknown."""
-        found = self.type_proto(name)
-        if found is None or found.WhichOneof("value") != "tensor_type" or not found.tensor_type.HasField("shape"):
-            return None
-        return list(found.tensor_type.shape.dim)
-
-
-def _declared_input_type(graph: Graph, name: str) -> onnx.TypeProto | None:
-    for vi in graph.inputs:
-        if vi.name == name and vi.HasField("type"):
-            return vi.type
-    return None
-
-
-def dims_equal(a: Dim, b: Dim) -> bool:
-    """ORT's ``operator==`` on ``TensorShapeProto_Dimension``: equal values, or equal non-empty symbols.
-
-    Symbols ONNX shape inference invents for unknown dims (``unk__<n>``) stand for dims ORT leaves unknown, and an
-    unknown dim equals nothing.
+    An initializer's NodeArg has the tensor's dims (unless a graph input of this graph declares the name); any
+    other value's shape is the one the pass sees (:meth:`Graph.shape`).
     """
-    if a.HasField("dim_value"):
-        return b.HasField("dim_value") and a.dim_value == b.dim_value
-    if a.HasField("dim_param") and a.dim_param and not a.dim_param.startswith("unk__"):
-        return b.HasField("dim_param") and a.dim_param == b.dim_param
-    return False
-
-
-def _initializer_dims(graph: Graph, name: str) -> list[int] | None:
-    owner = _initializer_graph(graph, name)
-    if owner is None:
-        return None
-    tensor = owner.initializer(name)
-    return None if tensor is None else list(tensor.dims)
-
-
-def is_scalar_arg(graph: Graph, name: str, types: ValueTypes | None = None) -> bool:
-    """``optimizer_utils::IsScalar``: rank 0, or rank 1 with a dim of value 1 (unknown shape: False)."""
-    dims = _initializer_dims(graph, name)
-    if dims is not None and _declared_input_type(graph, name) is None:
-        return len(dims) == 0 or dims == [1]
-    if types is None:
-        types = ValueTypes(graph)
-    shape = types.shape(name)
+    owner = graph.initializer_owner(name)
+    tensor = owner.initializer(name) if owner is not None else None
+    if tensor is not None and not any(vi.name == name and vi.HasField("type") for vi in graph.inputs):
+        return len(tensor.dims) == 0 or list(tensor.dims) == [1]
+    shape = graph.shape(name)
     if shape is None:
         return False
-    return len(shape) == 0 or (len(shape) == 1 and shape[0].HasField("dim_value") and shape[0].dim_value == 1)
+    return len(shape) == 0 or (len(shape) == 1 and shape[0] == 1)
 
 
 _ATOL = np.float32(1e-8)
 _RTOL = np.float32(1e-5)
 
 
-def is_initializer_with_expected_value(
-    graph: Graph, name: str, expected: float, types: ValueTypes | None = None, *, is_constant: bool = True
-) -> bool:
+def is_initializer_with_expected_value(graph: Graph, name: str, expected: float, *, is_constant: bool = True) -> bool:
     """``optimizer_utils::IsInitializerWithExpectedValue`` (float ``expected``): a scalar NodeArg (``IsScalar``)
     that is a constant initializer (outer scopes included; any initializer of this graph when not ``is_constant``)
     of type float, double or float16 whose first value is within ``1e-8 + 1e-5 * |expected|`` of ``expected``:
     in float arithmetic (an infinity equals an infinity of the same sign; NaN nothing); for double in double
     arithmetic (NaN and infinities never); for float16 against ``expected`` rounded to float16 (NaN and infinities
     never). Other types never match."""
-    if not name or not is_scalar_arg(graph, name, types):
+    if not name or not is_scalar_arg(graph, name):
         return False
     tensor = constant_initializer(graph, name) if is_constant else graph.initializer(name)
     if tensor is None:
@@ -270,11 +162,11 @@ TENSOR_TYPE_NAMES: dict[int, str] = {
 }
 
 
-def is_supported_data_type(node: Node, types: ValueTypes, supported: tuple[str, ...]) -> bool:
-    """``optimizer_utils::IsSupportedDataType``: the type of every input def of ``node`` is one of ``supported``
-    (``tensor(float)``, ...); an input of unknown type is not."""
+def is_supported_data_type(graph: Graph, node: Node, supported: tuple[str, ...]) -> bool:
+    """``optimizer_utils::IsSupportedDataType``: the type of every input def of ``node`` (:meth:`Graph.elem_type`) is
+    one of ``supported`` (``tensor(float)``, ...); an input of unknown type is not."""
     for value in node.inputs:
-        elem = types.elem_type(value)
+        elem = graph.elem_type(value)
         if elem is None or TENSOR_TYPE_NAMES.get(elem) not in supported:
             return False
     return True

@@ -30,7 +30,7 @@ from qdqopt.events import NoMatch, emit_no_match
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import finalize_nodes_fusion, is_supported_op, output_edge_count, output_nodes
-from qdqopt.passes.qdq_util import ValueTypes, constant_array, constant_initializer, index_of_node_input, is_scalar_arg
+from qdqopt.passes.qdq_util import constant_array, constant_initializer, index_of_node_input, is_scalar_arg
 
 __all__ = ["QuickGeluFusion"]
 
@@ -46,10 +46,9 @@ class QuickGeluFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider",)
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, types, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
 
-    def _alpha(self, graph: Graph, types: ValueTypes, node: Node) -> tuple[int, np.float32] | None:
+    def _alpha(self, graph: Graph, node: Node) -> tuple[int, np.float32] | None:
         """The slot and value of the Mul's scalar floating-point constant, if it has one."""
         if (
             not is_supported_op(node, "Mul", _BINARY)
@@ -58,7 +57,7 @@ class QuickGeluFusion(GraphTransformer):
         ):
             return None
         for slot, value in enumerate(node.inputs):
-            if not is_scalar_arg(graph, value, types):
+            if not is_scalar_arg(graph, value):
                 continue
             tensor = constant_initializer(graph, value)
             if tensor is None or tensor.data_type not in _FLOATS:
@@ -68,12 +67,12 @@ class QuickGeluFusion(GraphTransformer):
             return slot, np.float32(array.reshape(-1)[0])
         return None
 
-    def _fuse(self, graph: Graph, types: ValueTypes, node: Node) -> bool:
+    def _fuse(self, graph: Graph, node: Node) -> bool:
         nodes: list[Node] = []
         alpha = np.float32(1.0)
         x = ""
         sigmoid = node
-        found = self._alpha(graph, types, node)
+        found = self._alpha(graph, node)
         if found is not None:
             slot, alpha = found
             x = node.inputs[(slot + 1) % 2]

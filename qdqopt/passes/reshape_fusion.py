@@ -35,12 +35,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, ShapeDims, View
 from qdqopt.kernels import input_arg_counts, node_schema
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
     EdgeToMatch,
-    ShapeDims,
     can_replace_node_with_initializer,
     check_output_edges,
     constant_initializer,
@@ -53,7 +52,6 @@ from qdqopt.passes.graph_utils import (
     output_nodes,
     remove_nodes_with_one_output_bottom_up,
     replace_node_with_initializer,
-    value_shape,
 )
 
 __all__ = ["ReshapeFusion"]
@@ -85,7 +83,7 @@ def _is_scalar(shape: ShapeDims | None) -> bool:
 
 def _initializer_has_value(graph: Graph, name: str, expected: int) -> bool:
     """``IsInitializerWithExpectedValue(..., is_constant=false)`` for an int64/int32 scalar of this graph."""
-    if not _is_scalar(value_shape(graph, name)) or not graph.is_initializer(name):
+    if not _is_scalar(graph.shape(name, view=View.DATA)) or not graph.is_initializer(name):
         return False
     tensor = graph.initializer(name)
     assert tensor is not None
@@ -233,8 +231,8 @@ class ReshapeFusion(GraphTransformer):
             and expected == 0
         ):
             return True
-        a = value_shape(graph, shape_input)
-        b = value_shape(graph, root)
+        a = graph.shape(shape_input, view=View.DATA)
+        b = graph.shape(root, view=View.DATA)
         if a is not None and b is not None:
             same_rank = len(a) == len(b) and len(a) > 0
             if same_rank and all(isinstance(x, int) and x == y for x, y in zip(a, b, strict=True)):
@@ -266,11 +264,11 @@ class ReshapeFusion(GraphTransformer):
             return False
         if len(add.inputs) < 2 or not _is_initializer_any_scope(graph, add.inputs[1]):
             return False
-        bias = value_shape(graph, add.inputs[1])
+        bias = graph.shape(add.inputs[1], view=View.DATA)
         if bias is None or len(bias) != 1 or not isinstance(bias[0], int):
             return False
         hidden = bias[0]
-        weight = value_shape(graph, matmul.inputs[1])
+        weight = graph.shape(matmul.inputs[1], view=View.DATA)
         return (
             weight is not None
             and len(weight) == 2
@@ -350,7 +348,7 @@ class ReshapeFusion(GraphTransformer):
                 break
             if nxt.op_type == "Reshape" and nxt.attr_int("allowzero", 0) != 0:
                 break
-            out_shape = value_shape(graph, nxt.outputs[0])
+            out_shape = graph.shape(nxt.outputs[0], view=View.DATA)
             if out_shape is None or _element_count(out_shape) is None:
                 break
             shape_value = [int(d) for d in out_shape if isinstance(d, int)]
@@ -378,7 +376,7 @@ def _is_one_element_input(graph: Graph, node: Node, index: int) -> bool:
     """``Is_One_Element_Input``: the input's inferred shape holds exactly one element."""
     if index >= len(node.inputs):
         return False
-    return _element_count(value_shape(graph, node.inputs[index])) == 1
+    return _element_count(graph.shape(node.inputs[index], view=View.DATA)) == 1
 
 
 def _same_dim(a: int | str | None, b: int | str | None) -> bool:

@@ -43,7 +43,7 @@ import onnx
 from onnx import numpy_helper
 
 from qdqopt.errors import ModelError
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, View
 from qdqopt.passes.base import PassContext, RewriteRule, RuleEffect
 from qdqopt.passes.graph_utils import (
     can_remove_node,
@@ -62,8 +62,6 @@ from qdqopt.passes.graph_utils import (
     remove_node,
     replace_downstream_node_input,
     replace_node_with_initializer,
-    value_elem_type,
-    value_shape,
 )
 
 __all__ = [
@@ -356,7 +354,7 @@ class ExpandElimination(_RemoveNodeRule):
     def check(self, graph: Graph, node: Node, ctx: PassContext) -> str | None:
         if not can_remove_node(graph, node):
             return "cannot remove"
-        shape = value_shape(graph, node.inputs[0])
+        shape = graph.shape(node.inputs[0], view=View.DATA)
         if shape is None:
             return "input shape unknown"
         tensor = _tensor(graph, node.inputs[1]) if len(node.inputs) > 1 else None
@@ -389,7 +387,7 @@ class CastElimination(_RemoveNodeRule):
     def check(self, graph: Graph, node: Node, ctx: PassContext) -> str | None:
         if not can_remove_node(graph, node):
             return "cannot remove"
-        elem = value_elem_type(graph, node.inputs[0])
+        elem = graph.elem_type(node.inputs[0], view=View.DATA)
         if elem is None:
             return "input type unknown"
         return _reason(node.attr_int("to") == elem, "casts to another type")
@@ -462,7 +460,7 @@ class NoopElimination(_RemoveNodeRule):
         const_name = node.inputs[0 if first else 1]
         tensor = _tensor(graph, const_name)
         assert tensor is not None
-        other_shape = value_shape(graph, node.inputs[1 if first else 0])
+        other_shape = graph.shape(node.inputs[1 if first else 0], view=View.DATA)
         if other_shape is None or len(tensor.dims) > len(other_shape):
             return "other input shape unknown or of lower rank"
         size = int(np.prod(_dims(tensor), dtype=np.int64))
@@ -541,7 +539,7 @@ class FuseReluClip(RewriteRule):
                 if tensor is None:
                     return RuleEffect.NONE
             if tensor is None:
-                elem = value_elem_type(graph, clip.inputs[0])
+                elem = graph.elem_type(clip.inputs[0], view=View.DATA)
                 if elem is None:
                     return RuleEffect.NONE
                 data_type = elem
@@ -592,10 +590,10 @@ class GemmSumFusion(RewriteRule):
         if not is_supported_op(out, "Sum", (1, 6, 8, 13)) or len(out.inputs) != 2 or not _same_ep(out, node):
             return "consumer is not a 2-input Sum"
         other = out.inputs[1] if out.inputs[0] == node.outputs[0] else out.inputs[0]
-        bias = value_shape(graph, other)
+        bias = graph.shape(other, view=View.DATA)
         if bias is None:
             return "other Sum input has no shape"
-        result = value_shape(graph, node.outputs[0])
+        result = graph.shape(node.outputs[0], view=View.DATA)
         if result is None or len(result) != 2:
             return "Gemm output shape"
         m, n = result
@@ -1079,7 +1077,7 @@ class MatmulBNFusion(RewriteRule):
             return "no BatchNormalization path"
         if not is_constant(graph, node.inputs[1]) or any(not is_constant(graph, bn.inputs[i]) for i in range(1, 5)):
             return "B or BN parameters not constant"
-        shape = value_shape(graph, node.inputs[0])
+        shape = graph.shape(node.inputs[0], view=View.DATA)
         if shape is None or len(shape) != 2:
             return "A is not known to be 2-D"
         return _reason(not any(o for o in bn.outputs[1:]), "BatchNormalization optional outputs exist")

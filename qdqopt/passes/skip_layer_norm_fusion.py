@@ -33,7 +33,6 @@ from qdqopt.passes.graph_utils import (
     is_supported_op,
     node_produces_graph_output,
 )
-from qdqopt.passes.qdq_util import ValueTypes
 
 __all__ = ["SkipLayerNormFusion"]
 
@@ -48,35 +47,36 @@ FORMATS: tuple[tuple[EdgeToMatch, ...], ...] = (
 )
 
 
-def _supported(types: ValueTypes, node: Node) -> bool:
-    return all(types.elem_type(name) in SUPPORTED_TYPES for name in node.inputs)
+def _supported(graph: Graph, node: Node) -> bool:
+    return all(graph.elem_type(name) in SUPPORTED_TYPES for name in node.inputs)
 
 
-def _first_add_ok(graph: Graph, types: ValueTypes, add: Node, ep: str) -> bool:
+def _first_add_ok(graph: Graph, add: Node, ep: str) -> bool:
     """``CheckFirstAdd``: two 3-D inputs with matching dims."""
-    if add.ep != ep or not _supported(types, add) or len(graph.output_edges(add)) != 1:
+    if add.ep != ep or not _supported(graph, add) or len(graph.output_edges(add)) != 1:
         return False
-    a, b = types.shape(add.inputs[0]), types.shape(add.inputs[1])
+    # dim_param names compared as written (ONNX's unk__<n> names included)
+    a, b = graph.shape(add.inputs[0], as_written=True), graph.shape(add.inputs[1], as_written=True)
     if a is None or b is None or len(a) != 3 or len(b) != 3:
         return False
     for da, db in zip(a, b, strict=True):
-        if da.HasField("dim_value") and db.HasField("dim_value") and da.dim_value == db.dim_value:
+        if isinstance(da, int) and isinstance(db, int) and da == db:
             continue
-        if not (da.HasField("dim_param") and db.HasField("dim_param") and da.dim_param == db.dim_param):
+        if not (isinstance(da, str) and isinstance(db, str) and da == db):
             return False
     return True
 
 
-def _bias_add_ok(graph: Graph, types: ValueTypes, add: Node, ep: str) -> bool:
+def _bias_add_ok(graph: Graph, add: Node, ep: str) -> bool:
     """``CheckSecondAdd``: input 1 a constant ``[C]``, input 0 of rank 3 ending in ``C``."""
-    if add.ep != ep or not _supported(types, add) or len(graph.output_edges(add)) != 1:
+    if add.ep != ep or not _supported(graph, add) or len(graph.output_edges(add)) != 1:
         return False
     if not is_constant(graph, add.inputs[1]):
         return False
-    a, b = types.shape(add.inputs[0]), types.shape(add.inputs[1])
+    a, b = graph.shape(add.inputs[0]), graph.shape(add.inputs[1])
     if a is None or b is None or len(a) != 3 or len(b) != 1:
         return False
-    return a[2].HasField("dim_value") and b[0].HasField("dim_value") and a[2].dim_value == b[0].dim_value
+    return isinstance(a[2], int) and isinstance(b[0], int) and a[2] == b[0]
 
 
 class SkipLayerNormFusion(GraphTransformer):
@@ -86,31 +86,28 @@ class SkipLayerNormFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", "ACLExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, types, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
 
-    def _match(self, graph: Graph, types: ValueTypes, ln: Node) -> tuple[int, Node, Node | None] | None:
+    def _match(self, graph: Graph, ln: Node) -> tuple[int, Node, Node | None] | None:
         for fmt, path in enumerate(FORMATS, start=1):
             found = find_path(graph, ln, True, path)
             if found is None:
                 continue
             add1 = found[0]
             add2 = found[1] if len(found) > 1 else None
-            if not _first_add_ok(graph, types, add1, ln.ep) or node_produces_graph_output(graph, add1):
+            if not _first_add_ok(graph, add1, ln.ep) or node_produces_graph_output(graph, add1):
                 continue
-            if add2 is not None and (
-                not _bias_add_ok(graph, types, add2, ln.ep) or node_produces_graph_output(graph, add2)
-            ):
+            if add2 is not None and (not _bias_add_ok(graph, add2, ln.ep) or node_produces_graph_output(graph, add2)):
                 continue
             return fmt, add1, add2
         return None
 
-    def _fuse(self, graph: Graph, types: ValueTypes, ln: Node) -> bool:
+    def _fuse(self, graph: Graph, ln: Node) -> bool:
         if not is_supported_op(ln, "LayerNormalization", (1, 17)) or not self.node_is_compatible(ln):
             return False
-        if not _supported(types, ln):
+        if not _supported(graph, ln):
             return False
-        found = self._match(graph, types, ln)
+        found = self._match(graph, ln)
         if found is None:
             return False
         fmt, add1, add2 = found
@@ -120,11 +117,11 @@ class SkipLayerNormFusion(GraphTransformer):
             inputs[0 if fmt == 1 else 1] = add2.inputs[0]
             inputs.append(add2.inputs[1])
             remove.insert(0, add2)
-        out_type = types.elem_type(ln.outputs[0])
+        out_type = graph.elem_type(ln.outputs[0])
         epsilon = ln.attributes.get("epsilon")
         outputs = list(ln.outputs)
         ep = ln.ep
-        inputs = [self._cast_to_float(graph, types, name, out_type, ep) for name in inputs]
+        inputs = [self._cast_to_float(graph, name, out_type, ep) for name in inputs]
         for node in remove:
             graph.remove_node(node)
         attr = epsilon if epsilon is not None else onnx.helper.make_attribute("epsilon", DEFAULT_EPSILON)
@@ -140,18 +137,14 @@ class SkipLayerNormFusion(GraphTransformer):
         )
         return True
 
-    def _cast_to_float(self, graph: Graph, types: ValueTypes, name: str, out_type: int | None, ep: str) -> str:
+    def _cast_to_float(self, graph: Graph, name: str, out_type: int | None, ep: str) -> str:
         """``CastToFloat``: a Cast to float before an input whose type is not the (float) output type."""
         if not name:
             return name
-        elem = types.elem_type(name)
+        elem = graph.elem_type(name)
         if elem is None or elem == out_type or out_type != _TP.FLOAT:
             return name
-        shape = types.shape(name) or []
-        dims: list[int | str | None] = [
-            d.dim_value if d.HasField("dim_value") else (d.dim_param if d.HasField("dim_param") else None)
-            for d in shape
-        ]
+        dims = graph.shape(name, as_written=True) or []
         cast_out = graph.generate_value_name(name + "_Float")
         graph.set_value_type(cast_out, onnx.helper.make_tensor_type_proto(_TP.FLOAT, dims))
         graph.add_node(

@@ -47,15 +47,13 @@ import numpy as np
 import onnx
 
 from qdqopt.events import NoMatch, emit_no_match
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, View
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
     input_node,
     is_supported_op,
     node_produces_graph_output,
     output_edge_count,
-    value_elem_type,
-    value_shape,
 )
 from qdqopt.passes.qdq_util import constant_initializer, tensor_from_array
 
@@ -115,7 +113,7 @@ def slice_params(graph: Graph, node: Node) -> tuple[list[int], list[int], list[i
 
 def _static_dim(graph: Graph, name: str, axis: int) -> int | None:
     """``TryGetStaticInputDim``: the dim's value when the value has a rank-4 shape and the dim is a value > 0."""
-    shape = value_shape(graph, name)
+    shape = graph.shape(name, view=View.DATA)
     if shape is None or len(shape) != 4:
         return None
     dim = shape[axis]
@@ -212,8 +210,8 @@ class SliceConcatToSpaceToDepthFusion(GraphTransformer):
                 return False
             nodes, data, phase = found
             if slot == 0:
-                shape = value_shape(graph, data)
-                if shape is None or len(shape) != 4 or value_elem_type(graph, data) not in _TYPES:
+                shape = graph.shape(data, view=View.DATA)
+                if shape is None or len(shape) != 4 or graph.elem_type(data, view=View.DATA) not in _TYPES:
                     emit_no_match(NoMatch(f"{data!r} is not a float or double tensor of rank 4"), concat.name)
                     return False
                 x = data

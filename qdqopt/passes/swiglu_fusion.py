@@ -34,10 +34,9 @@ from __future__ import annotations
 import onnx
 
 from qdqopt.events import NoMatch, emit_no_match
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, dims_equal
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import check_output_edges, finalize_nodes_fusion, input_node, is_supported_op
-from qdqopt.passes.qdq_util import ValueTypes, dims_equal
 
 __all__ = ["SwiGluFusion"]
 
@@ -48,16 +47,16 @@ _TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFL
 QUICK_GELU_DEFAULT_ALPHA = 1.702
 
 
-def same_shape(types: ValueTypes, a: str, b: str) -> bool:
+def same_shape(graph: Graph, a: str, b: str) -> bool:
     """Both values have a known shape of the same rank (not 0) whose dims are equal values or equal symbols."""
-    shape_a, shape_b = types.shape(a), types.shape(b)
+    shape_a, shape_b = graph.shape(a), graph.shape(b)
     if shape_a is None or shape_b is None or not shape_a or len(shape_a) != len(shape_b):
         return False
     for dim_a, dim_b in zip(shape_a, shape_b, strict=True):
-        if dim_a.HasField("dim_value") and dim_b.HasField("dim_value"):
-            if dim_a.dim_value != dim_b.dim_value:
+        if isinstance(dim_a, int) and isinstance(dim_b, int):
+            if dim_a != dim_b:
                 return False
-        elif not (dim_a.HasField("dim_param") and dim_b.HasField("dim_param") and dims_equal(dim_a, dim_b)):
+        elif not (isinstance(dim_a, str) and isinstance(dim_b, str) and dims_equal(dim_a, dim_b)):
             return False
     return True
 
@@ -69,8 +68,7 @@ class SwiGluFusion(GraphTransformer):
     compatible_eps = ("CUDAExecutionProvider",)
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, types, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
 
     def _gate(self, graph: Graph, mul: Node) -> tuple[int, Node] | None:
         for slot in (0, 1):
@@ -84,7 +82,7 @@ class SwiGluFusion(GraphTransformer):
                 return slot, producer
         return None
 
-    def _fuse(self, graph: Graph, types: ValueTypes, mul: Node) -> bool:
+    def _fuse(self, graph: Graph, mul: Node) -> bool:
         if not is_supported_op(mul, "Mul", _BINARY):
             return False
         if not self.node_is_compatible(mul):
@@ -96,10 +94,10 @@ class SwiGluFusion(GraphTransformer):
             return False
         slot, quick = found
         gate, up = quick.inputs[0], mul.inputs[1 - slot]
-        if types.elem_type(gate) not in _TYPES:
+        if graph.elem_type(gate) not in _TYPES:
             emit_no_match(NoMatch(f"gate {gate!r} is not float, float16 or bfloat16", (quick.name,)), mul.name)
             return False
-        if not same_shape(types, gate, up):
+        if not same_shape(graph, gate, up):
             emit_no_match(NoMatch(f"gate {gate!r} and up {up!r} do not provably have one shape"), mul.name)
             return False
         alpha = quick.attr_float("alpha", QUICK_GELU_DEFAULT_ALPHA)

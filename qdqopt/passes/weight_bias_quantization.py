@@ -52,10 +52,9 @@ from collections.abc import Callable
 import numpy as np
 import onnx
 
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, ShapeDims, View
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.constant_folding import ShapeSource
 
 __all__ = ["WeightBiasQuantization", "weight_quantization_parameters"]
 
@@ -68,9 +67,8 @@ class WeightBiasQuantization(GraphTransformer):
     name = "WeightBiasQuantization"
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        shapes = ShapeSource(graph)
         return self.visit_in_order(
-            graph, ctx, graph_level, lambda node: node.op_type in TARGETS and _rewrite(graph, node, shapes)
+            graph, ctx, graph_level, lambda node: node.op_type in TARGETS and _rewrite(graph, node)
         )
 
 
@@ -83,7 +81,7 @@ def _initializer_any_scope(graph: Graph, name: str) -> onnx.TensorProto | None:
     return owner.initializer(name)
 
 
-def _is_scalar(shape: tuple[int | None, ...] | None) -> bool:
+def _is_scalar(shape: ShapeDims | None) -> bool:
     """``optimizer_utils::IsScalar``: rank 0, or rank 1 with a known dim of 1."""
     return shape is not None and (len(shape) == 0 or (len(shape) == 1 and shape[0] == 1))
 
@@ -120,7 +118,7 @@ def weight_quantization_parameters(weights: np.ndarray) -> tuple[np.float32, np.
 
 
 # ------------------------------------------------------------------------------------------------ rewrite
-def _rewrite(graph: Graph, node: Node, shapes: ShapeSource) -> bool:
+def _rewrite(graph: Graph, node: Node) -> bool:
     if len(node.inputs) < 2:
         return False
     input_name, weight_name = node.inputs[0], node.inputs[1]
@@ -128,7 +126,7 @@ def _rewrite(graph: Graph, node: Node, shapes: ShapeSource) -> bool:
     dq0 = graph.producer(input_name) if input_name else None
     if dq0 is None or dq0.op_type != "DequantizeLinear" or len(dq0.inputs) < 2:
         return False
-    if not _is_scalar(shapes.shape(dq0.inputs[1])):
+    if not _is_scalar(graph.shape(dq0.inputs[1], view=View.FILLED)):
         return False
     if not _no_branch_path_to_q(graph, node):
         return False
@@ -144,15 +142,15 @@ def _rewrite(graph: Graph, node: Node, shapes: ShapeSource) -> bool:
             return False
     bias_size = -1
     if bias_name is not None:
-        bias_shape = shapes.shape(bias_name)
+        bias_shape = graph.shape(bias_name, view=View.FILLED)
         if _initializer_any_scope(graph, bias_name) is None or bias_shape is None or len(bias_shape) != 1:
             return False
-        bias_size = bias_shape[0] if bias_shape[0] is not None else 0
+        bias_size = bias_shape[0] if isinstance(bias_shape[0], int) else 0
     if dq1 is not None and bias_size == -1:
         return False
     per_tensor = True
     if dq1 is not None:
-        scale_shape = shapes.shape(dq1.inputs[1]) if len(dq1.inputs) > 1 else None
+        scale_shape = graph.shape(dq1.inputs[1], view=View.FILLED) if len(dq1.inputs) > 1 else None
         if not _is_scalar(scale_shape):
             per_tensor = False
             if scale_shape is None or len(scale_shape) != 1 or scale_shape[0] is None or scale_shape[0] != bias_size:
@@ -167,9 +165,9 @@ def _rewrite(graph: Graph, node: Node, shapes: ShapeSource) -> bool:
                 if axis < 0:
                     # only the rank matters, and a DQ output has its input's shape: ask the (usually initializer)
                     # input first, which spares a shape inference of the whole graph
-                    weight_shape = shapes.shape(dq1.inputs[0]) if dq1.inputs[0] else None
+                    weight_shape = graph.shape(dq1.inputs[0], view=View.FILLED) if dq1.inputs[0] else None
                     if weight_shape is None:
-                        weight_shape = shapes.shape(weight_name)
+                        weight_shape = graph.shape(weight_name, view=View.FILLED)
                     if weight_shape is None:
                         return False
                     axis += len(weight_shape)

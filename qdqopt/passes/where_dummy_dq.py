@@ -35,7 +35,7 @@ import onnx
 
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.qdq_util import ValueTypes, constant_initializer, tensor_from_array
+from qdqopt.passes.qdq_util import constant_initializer, tensor_from_array
 
 __all__ = ["WhereDummyDq"]
 
@@ -56,9 +56,8 @@ class WhereDummyDq(GraphTransformer):
     name = "WhereDummyDq"
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        types = ValueTypes(graph)
         return self.visit_in_order(
-            graph, ctx, graph_level, lambda node: _satisfies(graph, node) and _insert_dummy_dq(graph, node, types)
+            graph, ctx, graph_level, lambda node: _satisfies(graph, node) and _insert_dummy_dq(graph, node)
         )
 
 
@@ -88,11 +87,11 @@ def _satisfies(graph: Graph, node: Node) -> bool:
     return False
 
 
-def _q_output_elem_type(types: ValueTypes, q: Node) -> int | None:
-    return types.elem_type(q.outputs[0])
+def _q_output_elem_type(graph: Graph, q: Node) -> int | None:
+    return graph.elem_type(q.outputs[0])
 
 
-def _insert_dummy_dq(graph: Graph, where: Node, types: ValueTypes) -> bool:
+def _insert_dummy_dq(graph: Graph, where: Node) -> bool:
     """``InsertDummyDQ``: True if the graph was changed."""
     p1 = _producer_op(graph, where.inputs[1])
     dq = p1 if p1 is not None else _producer_op(graph, where.inputs[2])
@@ -101,7 +100,7 @@ def _insert_dummy_dq(graph: Graph, where: Node, types: ValueTypes) -> bool:
     q = graph.consumers(where.outputs[0])[0]
     if len(dq.inputs) < 3 or not dq.inputs[2]:
         return False
-    if types.elem_type(dq.inputs[0]) != _q_output_elem_type(types, q):
+    if graph.elem_type(dq.inputs[0]) != _q_output_elem_type(graph, q):
         return False
     scale_t = graph.initializer(dq.inputs[1])
     zp_t = graph.initializer(dq.inputs[2])

@@ -22,7 +22,6 @@ from qdqopt.compare import LevelComparison, compare_level
 from qdqopt.graph import Graph, Node
 from qdqopt.graph.stdhash import StdUnorderedMap
 from qdqopt.passes import TRANSFORMERS, conv_activation_fusion, conv_add_activation_fusion, nchwc_transformer
-from qdqopt.passes.qdq_util import ValueTypes
 from qdqopt.reference import run_reference
 from tests.conftest import fixture_model, fixture_names
 
@@ -102,7 +101,7 @@ def test_mutation_activation_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_mutation_shape_test_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     name = "convaddact/z_broadcast_kept"
     assert _holds(_compare(name))
-    monkeypatch.setattr(conv_add_activation_fusion, "_shapes_match", lambda types, add: True)
+    monkeypatch.setattr(conv_add_activation_fusion, "_shapes_match", lambda graph, add: True)
     assert not _holds(_compare(name))
 
 
@@ -113,8 +112,8 @@ def test_mutation_last_producer(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _holds(_compare(name))
     module = conv_add_activation_fusion
 
-    def last_producer(graph: Graph, add: Node, types: ValueTypes) -> Node | None:
-        if not module._shapes_match(types, add):
+    def last_producer(graph: Graph, add: Node) -> Node | None:
+        if not module._shapes_match(graph, add):
             return None
         eligible = [p for p in graph.input_nodes(add) if module._producer_ok(graph, p) and len(p.inputs) == 3]
         return eligible[-1] if eligible else None

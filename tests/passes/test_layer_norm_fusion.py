@@ -20,7 +20,6 @@ from qdqopt.compare import LevelComparison, compare_level
 from qdqopt.errors import QdqoptError
 from qdqopt.graph import Graph, Node
 from qdqopt.passes import TRANSFORMERS, layer_norm_fusion
-from qdqopt.passes.qdq_util import ValueTypes
 from qdqopt.reference import run_reference
 from tests.conftest import fixture_model, fixture_names
 
@@ -105,7 +104,7 @@ def test_mutation_level1_any_opset(monkeypatch: pytest.MonkeyPatch) -> None:
         layer_norm_fusion.LayerNormFusion,
         "apply_impl",
         lambda self, graph, ctx, graph_level: self.visit_in_order(
-            graph, ctx, graph_level, lambda n: self._fuse(graph, ValueTypes(graph), n)
+            graph, ctx, graph_level, lambda n: self._fuse(graph, n)
         ),
     )
     assert not _holds(_compare(key, "basic"))

@@ -24,8 +24,8 @@ def test_mutation_nbits_bias_shape_check_dropped_fails() -> None:
     """Folding a [1, N] bias must make the comparison fail."""
     original = matmul_nbits_fusion._select_bias
 
-    def lax(graph, node, types):  # type: ignore[no-untyped-def]
-        found = original(graph, node, types)
+    def lax(graph, node):  # type: ignore[no-untyped-def]
+        found = original(graph, node)
         if found is not None:
             return found
         edges = graph.output_edges(node)

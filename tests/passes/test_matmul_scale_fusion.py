@@ -50,8 +50,8 @@ def test_mutation_div_not_reciprocal_fails() -> None:
     """A Div treated like a Mul (scale = divisor, not 1/divisor) must break tier P."""
     original = matmul_scale_fusion._scale_from_node
 
-    def wrong(graph, types, node):  # type: ignore[no-untyped-def]
-        found = original(graph, types, node)
+    def wrong(graph, node):  # type: ignore[no-untyped-def]
+        found = original(graph, node)
         if found is not None and node.op_type == "Div":
             return np.float32(1.0) / found[0], found[1]
         return found
@@ -65,8 +65,8 @@ def test_mutation_scale_rank_check_dropped_fails() -> None:
     """Accepting a scale whose rank exceeds the other input's must make a not-fused case differ."""
     original = matmul_scale_fusion._scalar_constant
 
-    def lax(graph, types, name, max_rank):  # type: ignore[no-untyped-def]
-        return original(graph, types, name, 99)
+    def lax(graph, name, max_rank):  # type: ignore[no-untyped-def]
+        return original(graph, name, 99)
 
     with patched(matmul_scale_fusion, "_scalar_constant", lax):
         result = _compare(FIXTURES["matmulscale/mul_after_rank_too_big"](), {}, LAYOUT_WORK)

@@ -20,9 +20,8 @@ import numpy as np
 import onnx
 
 from qdqopt.events import NoMatch
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, dim_values
 from qdqopt.passes.qdq_util import (
-    ValueTypes,
     constant_array,
     constant_initializer,
     is_dq_supported,
@@ -75,38 +74,33 @@ def _input(node: Node, slot: int) -> str:
 
 
 class Ctx:
-    """What the selectors read: the graph, its NodeArg types and whether int8 is allowed."""
+    """What the selectors read: the graph (its NodeArg types as the pass sees them, :meth:`Graph.elem_type`,
+    :meth:`Graph.shape`) and whether int8 is allowed."""
 
     def __init__(self, graph: Graph, int8_allowed: bool) -> None:
         self.graph = graph
-        self.types = ValueTypes(graph)
         self.int8_allowed = int8_allowed
 
-    def elem_type(self, name: str) -> int | None:
-        graph = self.graph
-        producer = graph.producer(name)
-        if producer is not None and producer.op_type == "QuantizeLinear":
-            return self.q_out_type(producer)
-        return self.types.elem_type(name)
-
     def dq_in_type(self, dq: Node) -> int | None:
-        found = self.elem_type(dq.inputs[0])
+        """The element type of a DQ's input: a Q's output has the Q's (:meth:`q_out_type`); without a type, the
+        zero point's."""
+        graph = self.graph
+        producer = graph.producer(dq.inputs[0])
+        if producer is not None and producer.op_type == "QuantizeLinear":
+            found = self.q_out_type(producer)
+        else:
+            found = graph.elem_type(dq.inputs[0])
         if found is None and _input(dq, 2):
-            found = self.types.elem_type(dq.inputs[2])
+            found = graph.elem_type(dq.inputs[2])
         return found
 
     def q_out_type(self, q: Node) -> int | None:
+        """The element type of a Q's output: its zero point's, else ``output_dtype``, else uint8."""
         zp = _input(q, 2)
         if zp:
-            return self.types.elem_type(zp)
+            return self.graph.elem_type(zp)
         attr = q.attributes.get("output_dtype")
         return int(attr.i) if attr is not None and attr.i else TP.UINT8
-
-    def shape(self, name: str) -> list[int | None] | None:
-        shape = self.types.shape(name)
-        if shape is None:
-            return None
-        return [d.dim_value if d.HasField("dim_value") else None for d in shape]
 
 
 # ------------------------------------------------------------------------------------------------ group finding
@@ -585,17 +579,17 @@ class GemmSelector(NodeGroupSelector):
         if not _input(dqa, 2):
             return NoMatch("DQ of input A has no zero point")
         for n in (_input(dqa, 1), _input(dqa, 2)):
-            s = ctx.shape(n)
+            s = dim_values(ctx.graph.shape(n))
             if s is None or not (len(s) == 0 or s == [1]):
                 return NoMatch("A scale/zero point is not a scalar")
         if not _input(dqb, 2):
             return NoMatch("DQ of input B has no zero point")
-        wshape = ctx.shape(dqb.inputs[0])
+        wshape = dim_values(ctx.graph.shape(dqb.inputs[0]))
         trans_b = node.attr_int("transB", 0)
         n_dim = wshape[0 if trans_b else 1] if wshape is not None and len(wshape) == 2 else None
         shapes = []
         for n in (_input(dqb, 1), _input(dqb, 2)):
-            s = ctx.shape(n)
+            s = dim_values(ctx.graph.shape(n))
             ok = s is not None and (len(s) == 0 or s == [1] or (n_dim is not None and s == [n_dim]))
             if not ok:
                 return NoMatch("B scale/zero point shape is neither scalar nor [N]")
@@ -612,7 +606,7 @@ class GemmSelector(NodeGroupSelector):
             for n in (_input(qs[0], 1), _input(qs[0], 2)):
                 if not n:
                     continue
-                s = ctx.shape(n)
+                s = dim_values(ctx.graph.shape(n))
                 if s is None or not (len(s) == 0 or s == [1]):
                     return NoMatch("Y scale/zero point is not a scalar")
         bits = _bits_reason([a, b], False, False)
@@ -683,7 +677,7 @@ class DQMatMulNBitsSelector(NodeGroupSelector):
                 if abs(beta - 1.0) > 1e-6:
                     return NoMatch("Gemm beta != 1 with a bias")
                 n_dim = w_dims[1] if w_dims is not None and len(w_dims) == 2 else None
-                b_shape = ctx.shape(_input(node, 2))
+                b_shape = dim_values(ctx.graph.shape(_input(node, 2)))
                 if n_dim is None or b_shape != [n_dim]:
                     return NoMatch("the Gemm bias is not [N]")
         reason = validate_dq_for_nbits(ctx, weight)

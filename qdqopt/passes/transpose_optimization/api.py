@@ -14,9 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, View
 from qdqopt.graph.model import infer_current_types
-from qdqopt.passes.graph_utils import value_elem_type, value_shape
 
 __all__ = ["DOC", "UNTYPED", "ApiGraph", "Dims", "NodeArgType", "Quant", "Shape"]
 
@@ -56,8 +55,11 @@ class ApiGraph:
         self._before: dict[str, tuple[int, int, NodeArgType]] | None = None
 
     # -------------------------------------------------------------- value info
+    # ``api::ValueInfoRef``: the NodeArg types the graph core has (``View.DATA``, what the transpose optimizer's
+    # inputs were matched against ORT with), under the edits this run made to them (:attr:`types`).
     def value_type(self, name: str) -> NodeArgType:
-        """The NodeArg's type now: what the run set, else an initializer's tensor type, else the inferred one."""
+        """The NodeArg's type now: what the run set, else an initializer's tensor type, else the graph core's
+        (:meth:`Graph.elem_type`, :meth:`Graph.shape`, ``View.DATA``)."""
         if not name:
             return UNTYPED
         tensor = self.graph.initializer(name)
@@ -65,19 +67,21 @@ class ApiGraph:
             return int(tensor.data_type), [int(d) for d in tensor.dims]
         if name in self.types:
             return self.types[name]
-        return value_elem_type(self.graph, name), value_shape(self.graph, name)
+        return self.graph.elem_type(name, view=View.DATA), self.graph.shape(name, view=View.DATA)
 
     def shape(self, name: str) -> Shape:
-        """``GetValueInfo(name)->Shape()``: dims as ints, -1 for a symbolic or unknown dim."""
+        """``ValueInfoRef::Shape()``: the dims of :meth:`value_type` (this run's edits over :meth:`Graph.shape`) as
+        ints, -1 for a symbolic or unknown dim."""
         dims = self.value_type(name)[1]
         if dims is None:
             return None
         return [d if isinstance(d, int) and d >= 0 else -1 for d in dims]
 
     def dtype(self, name: str) -> int | None:
+        """``ValueInfoRef::DType()``: the element type this run set, else :meth:`Graph.elem_type` (``View.DATA``)."""
         if name in self.types and not self.graph.is_initializer(name):
             return self.types[name][0]
-        return value_elem_type(self.graph, name)
+        return self.graph.elem_type(name, view=View.DATA)
 
     def set_shape(self, name: str, shape: Shape) -> None:
         """``SetShape``: dims > 0 are written, others left unknown (a symbolic name is lost); None clears the
