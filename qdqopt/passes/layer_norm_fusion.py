@@ -145,6 +145,34 @@ def _other_input(node: Node, value: str) -> str:
     return node.inputs[0] if node.inputs[1] == value else ""
 
 
+def _fuse(
+    graph: Graph,
+    nodes: list[Node],
+    op_type: str,
+    name_base: str,
+    inputs: list[str],
+    eps_add: Node,
+    variance: Node,
+    axis: int,
+    ep: str,
+) -> None:
+    """The fused node both fusions add (epsilon from the Add beside the variance, the normalised axis, ORT's doc
+    string), then ``FinalizeNodeFusion`` over the matched nodes."""
+    fused = graph.add_node(
+        graph.generate_node_name(name_base),
+        op_type,
+        inputs,
+        [""],
+        attributes={
+            "epsilon": _epsilon_attribute(graph, eps_add, variance.outputs[0]),
+            "axis": onnx.helper.make_attribute("axis", axis),
+        },
+        doc_string="fused LayerNorm subgraphs ",
+        ep=ep,
+    )
+    finalize_nodes_fusion(graph, nodes, fused)
+
+
 def _epsilon_attribute(graph: Graph, add: Node, variance: str) -> onnx.AttributeProto:
     """``epsilon``: the Add's other input (beside the variance) when it is a constant float, float16 or bfloat16
     initializer (its first value, as float), else the default."""
@@ -199,19 +227,17 @@ class LayerNormFusion(GraphTransformer):
         nodes, x, scale, bias, add2, rm2, axis = found
         mul = next(n for n in nodes if n.op_type == "Mul")
         self._check_types(graph, mul, x, scale, bias)
-        fused = graph.add_node(
-            graph.generate_node_name(mul.name + "/LayerNormFusion/"),
+        _fuse(
+            graph,
+            nodes,
             "LayerNormalization",
+            mul.name + "/LayerNormFusion/",
             [x, scale, bias],
-            [""],
-            attributes={
-                "epsilon": _epsilon_attribute(graph, add2, rm2.outputs[0]),
-                "axis": onnx.helper.make_attribute("axis", axis),
-            },
-            doc_string="fused LayerNorm subgraphs ",
-            ep=rm1.ep,
+            add2,
+            rm2,
+            axis,
+            rm1.ep,
         )
-        finalize_nodes_fusion(graph, nodes, fused)
         return True
 
     def _check_types(self, graph: Graph, mul: Node, x: str, scale: str, bias: str) -> None:
@@ -394,19 +420,8 @@ class SimplifiedLayerNormFusion(GraphTransformer):
             return False
         nodes, scale, add, rm, axis = found
         mul = nodes[-1]
-        fused = graph.add_node(
-            graph.generate_node_name(mul.name + "/SimplifiedLayerNormFusion/"),
-            "SimplifiedLayerNormalization",
-            [pow_node.inputs[0], scale],
-            [""],
-            attributes={
-                "epsilon": _epsilon_attribute(graph, add, rm.outputs[0]),
-                "axis": onnx.helper.make_attribute("axis", axis),
-            },
-            doc_string="fused LayerNorm subgraphs ",
-            ep=rm.ep,
-        )
-        finalize_nodes_fusion(graph, nodes, fused)
+        base = mul.name + "/SimplifiedLayerNormFusion/"
+        _fuse(graph, nodes, "SimplifiedLayerNormalization", base, [pow_node.inputs[0], scale], add, rm, axis, rm.ep)
         return True
 
     def _match(self, graph: Graph, pow_node: Node) -> tuple[list[Node], str, Node, Node, int] | NoMatch | None:
