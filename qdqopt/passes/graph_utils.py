@@ -31,6 +31,7 @@ counterpart here: rewiring an input rewires its edge.
 from __future__ import annotations
 
 import collections
+import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -467,3 +468,45 @@ def finalize_nodes_fusion(graph: Graph, nodes: Sequence[Node], replacement: Node
         if graph.node(node.index) is not None:
             graph.remove_node(node)
     _move_outputs(graph, replacement, outputs)
+
+
+def fuse_with_activation(graph: Graph, node: Node, act: Node, *, name: str, op_type: str, doc_string: str) -> Node:
+    """``node`` followed by activation ``act`` become one com.microsoft ``op_type`` (FusedGemm,
+    FusedMatMulActivation): ``node``'s inputs, attributes (map order kept) and EP, ``act``'s outputs, an
+    ``activation`` attribute naming the activation's op and each of its attributes again as ``activation_<name>``."""
+    fused = graph.add_node(
+        name,
+        op_type,
+        list(node.inputs),
+        list(act.outputs),
+        domain="com.microsoft",
+        attributes=dict(node.attributes),
+        attr_map=node.attr_map,
+        doc_string=doc_string,
+        ep=node.ep,
+    )
+    graph.set_attribute(fused, onnx.helper.make_attribute("activation", act.op_type))
+    for key in act.attribute_order():
+        renamed = copy.deepcopy(act.attributes[key])
+        renamed.name = "activation_" + key
+        graph.set_attribute(fused, renamed)
+    for old in (node, act):
+        graph.remove_node(old)
+    return fused
+
+
+def add_node_like(
+    graph: Graph, node: Node, name: str, inputs: list[str], outputs: list[str], *, doc_string: str, ep: str = ""
+) -> Node:
+    """A new node doing what ``node`` does (op, domain, attributes in their map order) between other values."""
+    return graph.add_node(
+        name,
+        node.op_type,
+        inputs,
+        outputs,
+        domain=node.domain,
+        attributes=dict(node.attributes),
+        attr_map=node.attr_map,
+        doc_string=doc_string,
+        ep=ep,
+    )
