@@ -44,6 +44,7 @@ from qdqopt.graph.stdhash import StdUnorderedMap
 
 __all__ = [
     "EdgeToMatch",
+    "append_tensor_from_initializer",
     "can_remove_node",
     "can_replace_node_with_initializer",
     "constant_array",
@@ -57,6 +58,7 @@ __all__ = [
     "input_edge_count",
     "input_node",
     "is_constant",
+    "is_initializer",
     "is_only_one_output_used",
     "is_output_used",
     "is_supported_op",
@@ -396,6 +398,24 @@ def _is_initializer(graph: Graph, name: str) -> bool:
     if graph.is_initializer(name):
         return True
     return graph.parent is not None and not graph.defines(name) and _is_initializer(graph.parent, name)
+
+
+def is_initializer(graph: Graph, name: str) -> bool:
+    """``graph_utils::IsInitializer(graph, name, check_outer_scope=true)`` (constant or not)."""
+    return _is_initializer(graph, name)
+
+
+def append_tensor_from_initializer(graph: Graph, name: str, data: list[int]) -> bool:
+    """``optimizer_utils::AppendTensorFromInitializer(require_constant=true)``: append the values of an int64 or
+    int32 constant initializer of this graph to ``data``; False (nothing appended) otherwise."""
+    if constant_initializer(graph, name) is None or not graph.is_initializer(name):
+        return False
+    tensor = graph.initializer(name)
+    assert tensor is not None
+    if tensor.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+        return False
+    data.extend(int(v) for v in graph.array(name).reshape(-1))
+    return True
 
 
 @dataclass(frozen=True)
