@@ -60,6 +60,8 @@ from qdqopt.passes.fuse_initializers import FuseFp16InitializerToFp32NodeTransfo
 from qdqopt.passes.gather_fusion import GatherSliceToSplitFusion, GatherToSliceFusion
 from qdqopt.passes.gelu_fusion import GeluFusionL1, GeluFusionL2
 from qdqopt.passes.gemm_activation_fusion import GemmActivationFusion
+from qdqopt.passes.group_query_attention_fusion import GroupQueryAttentionFusion
+from qdqopt.passes.group_query_attention_pre_norm_fusion import GroupQueryAttentionPreNormFusion
 from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCastTransformer
 from qdqopt.passes.layer_norm_fusion import LayerNormFusionL1, LayerNormFusionL2, SimplifiedLayerNormFusion
 from qdqopt.passes.matmul_activation_fusion import MatMulActivationFusion
@@ -317,7 +319,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("GatherToSliceFusion", "L2", GatherToSliceFusion, eps=_CPU),
     PassSpec("MatmulTransposeFusion", "L2", MatmulTransposeFusion, eps=_CPU),
     PassSpec("BiasGeluFusion", "L2", BiasGeluFusion, eps=_CPU),
-    PassSpec("GroupQueryAttentionFusion", "L2", None, eps=("CUDAExecutionProvider",)),
+    PassSpec("GroupQueryAttentionFusion", "L2", GroupQueryAttentionFusion, eps=("CUDAExecutionProvider",)),
     PassSpec("MatMulAddFusion", "L2", MatMulAddFusion, qdq="q"),  # registered for any EP
     PassSpec("SkipLayerNormFusion", "L2", SkipLayerNormFusion, eps=_CPU),
     PassSpec("BiasSkipLayerNormFusion", "L2", BiasSkipLayerNormFusion, eps=_CPU),
@@ -333,7 +335,9 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("Avx2WeightS8ToU8Transformer", "L2", Avx2WeightS8ToU8Transformer, gate=_avx2_s8_u8,
              gate_text="session.x64quantprecision=1 on an x86 CPU whose U8S8 kernels may overflow", eps=_CPU, qdq="Q"),
     PassSpec("MatMulNBitsFusion", "L2", MatMulNBitsFusion, eps=_CPU, qdq="q"),
-    PassSpec("GroupQueryAttentionPreNormFusion", "L2", None, eps=("CUDAExecutionProvider", "WebGpuExecutionProvider")),
+    # GroupQueryAttentionFusion / GroupQueryAttentionPreNormFusion fuse CUDA (and WebGPU) nodes only: no-ops on CPU
+    PassSpec("GroupQueryAttentionPreNormFusion", "L2", GroupQueryAttentionPreNormFusion,
+             eps=("CUDAExecutionProvider", "WebGpuExecutionProvider")),
     PassSpec("QDQFinalCleanupTransformer", "L2", QDQFinalCleanupTransformer, qdq="Q"),
     # ---------------------------------------------------------------- Level3
     PassSpec("NchwcTransformer", "L3", NchwcTransformer, gate=_nchwc,

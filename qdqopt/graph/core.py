@@ -569,6 +569,17 @@ class Graph:
         self._note("~", node)
         self.modified = True
 
+    def set_inputs(self, node: Node, values: Sequence[str]) -> None:
+        """Replace the node's whole input list, shorter or longer (``node.MutableInputDefs().assign(...)``)."""
+        node.inputs = list(values)
+        for value in node.inputs:
+            self._arg_map.insert(value)
+            if value:
+                self._known(value)
+        self._rewire_inputs(node)
+        self._note("~", node)
+        self.modified = True
+
     def set_output(self, node: Node, slot: int, value: str) -> None:
         """Make ``node`` produce ``value`` at ``slot``; consumers of ``value`` get connected to it."""
         while len(node.outputs) <= slot:
