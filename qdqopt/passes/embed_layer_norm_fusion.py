@@ -159,7 +159,7 @@ def _dim_value(dim: int | str | None) -> int | None:
 
 def _shape_attrs_default(node: Node) -> bool:
     """From Shape-15 on: no ``start`` other than 0 and no ``end`` other than INT64_MAX."""
-    if node.since_version < 15:
+    if (node.since_version or 0) < 15:
         return True
     start, end = node.attr_int("start"), node.attr_int("end")
     return (start is None or start == 0) and (end is None or end == _INT64_MAX)
