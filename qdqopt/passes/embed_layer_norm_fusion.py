@@ -45,8 +45,9 @@ Rules (ORT 1.32):
   position Gather and the ancestors it alone fed go (``RemoveNodesWithOneOutputBottomUp``), and the Gathers, Adds
   and LayerNorm.
 
-Refusals are reported as ``no-match`` events on the LayerNormalization, in the words ORT logs at VERBOSE where it
-logs any (its ``DEBUG_LOG`` lines, innermost first).
+Each LayerNormalization with beta is a candidate: a fusion is reported as a ``fused`` event, a refusal as
+``no-match`` events, in the words ORT logs at VERBOSE where it logs any (its ``DEBUG_LOG`` lines, innermost first);
+``qdqopt explain --pass EmbedLayerNormFusion`` lists them.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from qdqopt.events import NoMatch, emit_no_match
+from qdqopt.events import Kind, NoMatch, emit, emit_no_match
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
@@ -527,3 +528,4 @@ class EmbedLayerNormFusion(GraphTransformer):
             if graph.node(node.index) is not None:
                 graph.remove_node(node)
         graph.set_output(fused, 0, ln_output)
+        emit(Kind.FUSED, f"fused into com.microsoft.EmbedLayerNormalization {fused.name!r}", (ln.name, fused.name))

@@ -14,6 +14,7 @@ import pytest
 
 from qdqopt import events
 from qdqopt.api import run
+from qdqopt.explain import explain_pass
 from qdqopt.passes import TRANSFORMERS, embed_layer_norm_fusion
 from qdqopt.reference import run_reference
 from tests.conftest import fixture_model, fixture_names
@@ -72,8 +73,14 @@ def test_refusals_in_orts_words(key: str) -> None:
 
 
 def test_explain_names_each_candidate() -> None:
-    """A refused candidate is named with its reason; a fused one is gone (its output now the fused node's)."""
+    """``qdqopt explain --pass EmbedLayerNormFusion``: each LayerNormalization fused into what, or refused why."""
+    fused = explain_pass(fixture_model("embedln/range"), PASS)
+    assert [(r.name, r.outcome) for r in fused] == [("layernorm", "fused")]
+    assert "EmbedLayerNormalization" in fused[0].detail
     assert _our_reasons("embedln/range") == []
+    refused = explain_pass(fixture_model("embedln/range_start_1"), PASS)
+    assert [(r.name, r.outcome) for r in refused] == [("layernorm", "refused")]
+    assert refused[0].detail == "The first input of Range should be a constant with value 0."
     assert _our_reasons("embedln/no_attention") == ["no Attention after the LayerNormalization"]
     assert _our_reasons("embedln/no_beta") == ["LayerNormalization without beta (three inputs needed)"]
 
