@@ -38,6 +38,7 @@ from qdqopt.errors import UsageError
 from qdqopt.levels import LEVEL_STAGES, REQUIRED_STAGES, STAGES, Level, level_stage
 from qdqopt.passes import rules_level1 as r1
 from qdqopt.passes import rules_level2 as r2
+from qdqopt.passes.attention_fusion import AttentionFusion
 from qdqopt.passes.avx2_weight_s8_to_u8 import Avx2WeightS8ToU8Transformer
 from qdqopt.passes.base import GraphTransformer, RewriteRule
 from qdqopt.passes.bias_dropout_fusion import BiasDropoutFusion
@@ -311,7 +312,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("GeluFusionL2", "L2", GeluFusionL2, "GeluFusion", eps=_CPU),
     PassSpec("LayerNormFusionL2", "L2", LayerNormFusionL2, "LayerNormFusion", eps=_CPU),
     PassSpec("SimplifiedLayerNormFusion", "L2", SimplifiedLayerNormFusion, eps=_CPU),
-    PassSpec("AttentionFusion", "L2", None, eps=_CPU),
+    PassSpec("AttentionFusion", "L2", AttentionFusion, eps=_CPU),
     PassSpec("EmbedLayerNormFusion", "L2", EmbedLayerNormFusion, eps=_CPU),
     PassSpec("GatherSliceToSplitFusion", "L2", GatherSliceToSplitFusion, eps=_CPU),
     PassSpec("GatherToSliceFusion", "L2", GatherToSliceFusion, eps=_CPU),
