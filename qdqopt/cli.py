@@ -7,7 +7,7 @@ Commands::
     qdqopt trace IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--ort [--isolate]] [--verbose [--why]]
                  [--times]
     qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--isolate]
-    qdqopt explain IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--all]
+    qdqopt explain IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--all] [--pass NAME]
     qdqopt demo [--isolate]
 
 ``diff``, ``trace --ort`` and ``demo`` compare with ORT as a user runs it: only the ``--disable`` list and the
@@ -353,6 +353,20 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     config = _config(args.config)
     plugins = _plugins(args)
+    if args.pass_name:
+        from qdqopt.explain import explain_pass
+
+        found = explain_pass(
+            args.input, args.pass_name, args.level, config=config, disabled=args.disable or (), plugins=plugins
+        )
+        print(f"Candidates of {args.pass_name} in {args.input} ({len(found)})")
+        for cand in found:
+            print(f"  {cand.outcome:<8} {cand.name!r}: {cand.detail}")
+            for reason in cand.reasons[1:]:
+                print(f"           - {reason}")
+        outcomes = collections.Counter(cand.outcome for cand in found)
+        print(f"summary: {outcomes['fused']} fused, {outcomes['refused']} refused")
+        return 0
     reports = explain(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
     int8 = Target.detect().with_config(SessionConfig.from_mapping(config, warn=False)).int8_allowed
     print(f"QDQ node units of {args.input} as QDQSelectorActionTransformer sees them (int8 allowed: {int8})")
@@ -525,6 +539,12 @@ def _parser() -> argparse.ArgumentParser:
     common(p)
     p.set_defaults(level="extended")
     p.add_argument("--all", action="store_true", help="also list nodes no fusion rule applies to")
+    p.add_argument(
+        "--pass",
+        dest="pass_name",
+        metavar="NAME",
+        help="instead: every candidate of this fusion pass (e.g. EmbedLayerNormFusion), fused into what or refused why",
+    )
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("demo", help="trace and diff the bundled example model at every level")
