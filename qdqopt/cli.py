@@ -32,7 +32,6 @@ import argparse
 import collections
 import os
 import sys
-import tempfile
 import warnings
 from collections.abc import Sequence
 from importlib import resources
@@ -44,9 +43,11 @@ from qdqopt import __version__, events
 from qdqopt.api import run
 from qdqopt.compare import ISOLATION, compare_level, run_paired
 from qdqopt.config import SessionConfig
+from qdqopt.dumps import run_with_dumps
+from qdqopt.dumps import write_atomic as _write_atomic
 from qdqopt.errors import QdqoptError, UsageError
 from qdqopt.graph import Model
-from qdqopt.graph.model import read_model_proto, write_model
+from qdqopt.graph.model import read_model_proto
 from qdqopt.levels import Level, parse_level
 from qdqopt.manager import PipelineResult
 from qdqopt.passes import GraphTransformer
@@ -88,28 +89,6 @@ def _op_table(before: onnx.ModelProto, after: onnx.ModelProto) -> list[str]:
     return lines
 
 
-def _write_atomic(model: onnx.ModelProto | Model, path: Path) -> None:
-    """Write the model to a temporary file beside ``path``, then rename it over ``path`` (readers never see half a
-    file), with the mode a new file gets under the umask (``mkstemp`` makes it 0600). A :class:`Model` is written
-    without making its ModelProto (:func:`write_model`: one initializer at a time)."""
-    path = path.resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "wb") as handle:
-            if isinstance(model, Model):
-                write_model(model, handle)
-            else:
-                handle.write(model.SerializeToString())
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 # ------------------------------------------------------------------------------------------------------ commands
 def cmd_optimize(args: argparse.Namespace) -> int:
     source = Path(args.input)
@@ -119,10 +98,24 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     before, _ = read_model_proto(source, initializers=False)  # for the op table: the weights are not needed
     check_accepted_in_child(source)
     plugins = _plugins(args)
-    result = run(source, args.level, disabled=args.disable or (), config=_config(args.config), plugins=plugins)
+    dumped = run_with_dumps(
+        source,
+        args.level,
+        dump_dir=args.dump_dir,
+        stop_after=args.stop_after,
+        disabled=args.disable or (),
+        config=_config(args.config),
+        plugins=plugins,
+    )
+    result = dumped.result
     _write_atomic(result.loaded, out)
     after, _ = read_model_proto(out, initializers=False)
     print(f"qdqopt {__version__}: {source} -> {out} at {result.level.ort_name}")
+    if dumped.stopped_after is not None:
+        entry = dumped.stopped_after
+        print(f"stopped after {args.stop_after} ({entry.stage} step {entry.step + 1}): the output is that model")
+    if args.dump_dir is not None:
+        print(f"{len(dumped.dumps)} dumps (one per application that modified the graph) in {args.dump_dir}")
     print("\n".join(_op_table(before, after)))
     fired = [e for e in result.pipeline.trace if e.modified]
     print(f"passes that modified the graph: {', '.join(dict.fromkeys(e.name for e in fired)) or 'none'}")
@@ -481,6 +474,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("input")
     p.add_argument("-o", "--output", required=True)
     common(p)
+    p.add_argument(
+        "--dump-dir",
+        metavar="DIR",
+        help="also write the model after every pass application that modified it: DIR/<NN>_<level>_<step>_<pass>.onnx",
+    )
+    p.add_argument(
+        "--stop-after",
+        metavar="PASS[:N]",
+        help="stop right after the N-th application (default 1) of transformer PASS; the output is that model",
+    )
     p.set_defaults(func=cmd_optimize)
 
     p = sub.add_parser("passes", help="list ORT's passes for a level, in order, and which qdqopt implements")
