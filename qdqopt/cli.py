@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import sys
 import warnings
@@ -39,7 +40,7 @@ from pathlib import Path
 
 import onnx
 
-from qdqopt import __version__, events
+from qdqopt import __version__, events, jsonout
 from qdqopt.api import run
 from qdqopt.compare import ISOLATION, compare_level, run_paired
 from qdqopt.config import SessionConfig
@@ -50,10 +51,9 @@ from qdqopt.graph import Model
 from qdqopt.graph.model import read_model_proto
 from qdqopt.levels import Level, parse_level
 from qdqopt.manager import PipelineResult
-from qdqopt.passes import GraphTransformer
 from qdqopt.plugins import installed_plugins, resolve_plugins
 from qdqopt.reference import ReferenceRun, check_accepted_in_child
-from qdqopt.registry import RULES, TRANSFORMERS, Plugin, registered_passes, with_plugins
+from qdqopt.registry import Plugin
 from qdqopt.target import Target
 
 __all__ = ["main"]
@@ -128,21 +128,14 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _implementation(name: str) -> str:
-    """``yes``, ``no``, or ``part``: implemented, but declining the models it does not cover yet."""
-    cls: type[GraphTransformer] | None = TRANSFORMERS.get(name)
-    if cls is None:
-        return "no"
-    return "part" if cls.unsupported is not GraphTransformer.unsupported else "yes"
-
-
 def cmd_passes(args: argparse.Namespace) -> int:
     level = parse_level(args.level)
     cfg = SessionConfig.from_mapping(list(args.config or ()))
     target = Target.detect()
     plugins = _plugins(args)
-    plan = registered_passes(level, cfg, target, set(), plugins)
-    active = {(spec.name, spec.stage): rules for spec, rules in plan}
+    rows = jsonout.pass_rows(level, cfg, target, plugins, include_all=args.all)
+    if getattr(args, "json", False):
+        return _print_json(jsonout.passes_doc(level, cfg, target, rows))
     print(
         f"ORT 1.32 CPU passes at {level.ort_name} (target {target.machine}, int8 allowed: "
         f"{target.with_config(cfg).int8_allowed}, NCHWc block {target.nchwc_block_size})"
@@ -152,27 +145,25 @@ def cmd_passes(args: argparse.Namespace) -> int:
     legend += " (declines, with a reason, what it does not cover yet)"
     if plugins:
         legend += " | plugin (a pass of your own, not ORT's: ORT never runs it)"
-    n = 0
-    for spec in with_plugins(plugins):
-        key = (spec.name, spec.stage)
-        if key not in active and not args.all:
-            continue
-        if key not in active and spec.stage not in ("L0", "L1", "L2", "L3", "L4", "pre", "loop", "post"):
-            continue
-        n += 1
-        registered = key in active
-        impl = "plugin" if spec.is_plugin else "rules" if spec.rules else _implementation(spec.name)
-        gate = spec.gate_text + ("" if registered else "  [not registered for this session]")
-        print(f"  {n:>3}  {spec.name:<42} {spec.level_label:<9} {'yes' if spec.apply_once else '':<5} {impl:<5} {gate}")
-        for rule in spec.rules:
-            kept = registered and rule in active[key]
-            note = rule.gate_text + ("" if kept or not registered else "  [not registered]")
-            print(f"       - {rule.name:<40} {'rule':<9} {'':<5} {'yes' if rule.name in RULES else 'no':<5} {note}")
+    for row in rows:
+        registered = row["registered"]
+        gate = row["gate"] + ("" if registered else "  [not registered for this session]")
+        once = "yes" if row["apply_once"] else ""
+        print(f"  {row['index']:>3}  {row['name']:<42} {row['level']:<9} {once:<5} {row['impl']:<5} {gate}")
+        for rule in row["rules"]:
+            note = rule["gate"] + ("" if rule["registered"] or not registered else "  [not registered]")
+            print(f"       - {rule['name']:<40} {'rule':<9} {'':<5} {rule['impl']:<5} {note}")
     print(legend)
     installed = {k: v for k, v in installed_plugins().items() if k not in {p.source for p in plugins}}
     for name, value in installed.items():
         print(f"  installed plugin {name} = {value} (not active; --plugin {name} runs it)")
     return 0
+
+
+def _print_json(doc: dict[str, object], status: int = 0) -> int:
+    """Print a ``--json`` document (:mod:`qdqopt.jsonout`, schemas in docs/json.md) and return the exit code."""
+    print(json.dumps(doc, indent=2, ensure_ascii=False))
+    return status
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -197,6 +188,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
         notes = [pair.header(limit), *pair.notes(limit)]
     else:
         result = run(args.input, args.level, disabled=args.disable or (), config=_config(args.config), plugins=plugins)
+    if getattr(args, "json", False):
+        doc = jsonout.trace_doc(str(args.input), result, pair if args.ort else None, with_events=args.verbose)
+        comparison = doc["ort_comparison"]
+        return _print_json(doc, EXIT_DIFF if comparison is not None and not comparison["identical"] else 0)
     print(f"trace of {args.input} at {result.level.ort_name}")
     for note in notes:
         print(f"  {note}")
@@ -319,6 +314,14 @@ def cmd_diff(args: argparse.Namespace) -> int:
     worst = 0
     plugins = _plugins(args)
     own = {p.name for p in plugins}
+    if getattr(args, "json", False):
+        comps = [
+            compare_level(args.input, lv, config=cfg, disabled=args.disable or (), isolate=isolate, plugins=plugins)
+            for lv in levels
+        ]
+        mode = _mode_line(isolate, [n for n in args.disable or [] if n not in own])
+        doc = jsonout.diff_doc(str(args.input), cfg, mode, comps, args.max_lines)
+        return _print_json(doc, 0 if doc["equal"] else EXIT_DIFF)
     print(f"qdqopt vs ORT on {args.input}" + (f" with {cfg}" if cfg else ""))
     print(f"  {_mode_line(isolate, [n for n in args.disable or [] if n not in own])}")
     for level in levels:
@@ -348,6 +351,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
     plugins = _plugins(args)
     reports = explain(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
     int8 = Target.detect().with_config(SessionConfig.from_mapping(config, warn=False)).int8_allowed
+    if getattr(args, "json", False):
+        layout = None
+        if parse_level(args.level) >= Level.LAYOUT:
+            from qdqopt.explain import explain_layout
+
+            layout = explain_layout(
+                args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins
+            )
+        return _print_json(jsonout.explain_doc(str(args.input), parse_level(args.level), int8, reports, layout))
     print(f"QDQ node units of {args.input} as QDQSelectorActionTransformer sees them (int8 allowed: {int8})")
     counts: collections.Counter[str] = collections.Counter()
     for report in reports:
@@ -458,6 +470,11 @@ def _parser() -> argparse.ArgumentParser:
                 help="transformer or rule to disable (repeatable; a comma-separated list works too)",
             )
 
+    def json_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--json", action="store_true", help="print one JSON document instead (schema: docs/json.md)"
+        )
+
     def isolate_option(p: argparse.ArgumentParser, *, strict: bool = True) -> None:
         group = p.add_mutually_exclusive_group()
         group.add_argument(
@@ -489,6 +506,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("passes", help="list ORT's passes for a level, in order, and which qdqopt implements")
     common(p, disable=False)
     p.add_argument("--all", action="store_true", help="also list passes not registered for this session")
+    json_option(p)
     p.set_defaults(func=cmd_passes)
 
     p = sub.add_parser("trace", help="print each pass and whether it modified the graph, as ORT's INFO log does")
@@ -512,6 +530,7 @@ def _parser() -> argparse.ArgumentParser:
         " each unit fused or dropped, each NHWC conversion and Transpose push",
     )
     p.add_argument("--times", action="store_true", help="each pass application's wall time (with its Resolve)")
+    json_option(p)
     p.set_defaults(func=cmd_trace)
 
     p = sub.add_parser("diff", help="compare qdqopt with real ORT at tiers N, S, X (and P: bytes)")
@@ -521,6 +540,7 @@ def _parser() -> argparse.ArgumentParser:
     isolate_option(p)
     p.add_argument("--max-lines", type=int, default=8, help="differences shown per level")
     p.add_argument("--verbose", "-v", action="store_true", help="name every pass in the notes on how ORT was run")
+    json_option(p)
     p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("explain", help="list every QDQ node unit and why it was fused or not")
@@ -528,6 +548,7 @@ def _parser() -> argparse.ArgumentParser:
     common(p)
     p.set_defaults(level="extended")
     p.add_argument("--all", action="store_true", help="also list nodes no fusion rule applies to")
+    json_option(p)
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("demo", help="trace and diff the bundled example model at every level")
