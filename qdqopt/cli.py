@@ -393,6 +393,30 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from qdqopt.bisect import bisect, bisect_numerics
+
+    cfg = _config(args.config)
+    if args.numerics is not None:
+        found = bisect_numerics(
+            args.input, args.level, args.numerics, config=cfg, disabled=args.disable or (), seed=args.seed
+        )
+        print(f"qdqopt bisect --numerics on {args.input} at {found.level.ort_name}")
+        print("\n".join(found.lines()))
+        return EXIT_DIFF if found.first is not None else 0
+    print(f"qdqopt bisect on {args.input} at {parse_level(args.level).ort_name} (tier {args.tier}; ORT as run)")
+    result = bisect(
+        args.input,
+        args.level,
+        config=cfg,
+        disabled=args.disable or (),
+        tier=args.tier,
+        progress=lambda line: print(line, flush=True),
+    )
+    print("\n".join(result.lines()[len(result.log) :]))
+    return EXIT_DIFF if result.found else 0
+
+
 def example_model() -> Path:
     """The bundled example: the PT2E-quantized TinyConvNet."""
     return Path(str(resources.files("qdqopt") / "examples" / "tinyconvnet_pt2e.onnx"))
@@ -550,6 +574,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="also list nodes no fusion rule applies to")
     json_option(p)
     p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser(
+        "bisect",
+        help="the first pass application after which qdqopt can no longer reach ORT's result (or, with --numerics,"
+        " after which the outputs move more than TOL)",
+    )
+    p.add_argument("input")
+    common(p)
+    p.set_defaults(plugin=None)
+    p.add_argument("--tier", default="X", help="the tier that must hold to agree with ORT (N, S, X or P; default X)")
+    p.add_argument(
+        "--numerics",
+        type=float,
+        metavar="TOL",
+        help="instead: the first application whose dump's outputs differ from the input model's by more than TOL"
+        " (max |diff|; ORT CPU at DISABLE_ALL on seeded inputs, in a child process)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs of --numerics")
+    p.set_defaults(func=cmd_bisect)
 
     p = sub.add_parser("demo", help="trace and diff the bundled example model at every level")
     isolate_option(p, strict=False)
