@@ -33,6 +33,7 @@ import collections
 import json
 import os
 import sys
+import tempfile
 import warnings
 from collections.abc import Sequence
 from importlib import resources
@@ -417,6 +418,38 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     return EXIT_DIFF if result.found else 0
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    from qdqopt import overlay
+
+    problem = overlay.check_viewer(args.app)
+    if problem is not None:
+        raise UsageError(problem)
+    source = Path(args.input)
+    if args.level is None:
+        if args.stop_after or args.config or args.disable:
+            raise UsageError("--stop-after, --config and --disable need --level (view then optimizes the model)")
+        read_model_proto(source, initializers=False)  # a clear error for a file that is not a model
+        print(f"opening {source} in {args.app} (give --level for qdqopt's overlays)")
+        overlay.open_viewer(args.app, source, [], port=args.port, browse=not args.no_browser)
+        return 0
+    check_accepted_in_child(source)
+    cfg = _config(args.config)
+    dumped = run_with_dumps(
+        source, args.level, stop_after=args.stop_after, disabled=args.disable or (), config=cfg, plugins=_plugins(args)
+    )
+    result = dumped.result
+    with tempfile.TemporaryDirectory(prefix="qdqopt-view-") as tmp:
+        shown = Path(tmp) / f"{source.stem}.{result.level.name.lower()}.onnx"
+        _write_atomic(result.loaded, shown)
+        data: list[Path] = []
+        if args.app == "model-explorer":
+            ort_model = overlay.ort_reference_model(source, args.level, cfg, args.disable or ())
+            data = overlay.write_node_data(overlay.node_overlay(result, ort_model), Path(tmp))
+        print(f"opening {source} optimized at {result.level.ort_name} in {args.app}")
+        overlay.open_viewer(args.app, shown, data, port=args.port, browse=not args.no_browser)
+    return 0
+
+
 def example_model() -> Path:
     """The bundled example: the PT2E-quantized TinyConvNet."""
     return Path(str(resources.files("qdqopt") / "examples" / "tinyconvnet_pt2e.onnx"))
@@ -593,6 +626,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs of --numerics")
     p.set_defaults(func=cmd_bisect)
+
+    p = sub.add_parser(
+        "view",
+        help="open a model or a dump in Netron or Model Explorer (with --level: optimized, with qdqopt's overlays)",
+    )
+    p.add_argument("input")
+    common(p)
+    p.set_defaults(level=None)
+    p.add_argument("--app", choices=["netron", "model-explorer"], default="netron", help="the viewer (default netron)")
+    p.add_argument("--stop-after", metavar="PASS[:N]", help="with --level: show the model right after that application")
+    p.add_argument("--port", type=int, help="the viewer's port")
+    p.add_argument("--no-browser", action="store_true", help="serve without opening a browser")
+    p.set_defaults(func=cmd_view)
 
     p = sub.add_parser("demo", help="trace and diff the bundled example model at every level")
     isolate_option(p, strict=False)
