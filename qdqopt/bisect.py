@@ -13,7 +13,7 @@ and order; ``--tier S`` ignores names):
    by one, required passes are left out since ORT cannot disable them): with the first *k* of them enabled and the
    rest disabled on both sides, configuration *k* is a prefix of the level's pipeline. Configuration 0 is (nearly)
    the level below and agrees; the full level fails; a binary search finds a *k* whose configuration fails while
-   *k* - 1 agrees. Enabling candidate *k* is then what breaks the agreement: that pass (or rule) is the culprit.
+   *k* - 1 agrees. Enabling candidate *k* is then what breaks the agreement.
    This holds whether or not the failures are monotone in *k*: the search keeps an agreeing lower bound and a
    failing upper bound, so the answer is always such a boundary (if there are several, one of them);
 3. candidate *k* is needed for the failure, but it may only expose another pass's mistake (a broken
@@ -22,8 +22,9 @@ and order; ``--tier S`` ignores names):
    without which configuration *k* agrees are needed too. The application is then, in configuration *k*'s trace,
    the first line where qdqopt's trace and ORT's log disagree (a pass that modified the graph on one side only), or
    the first application by which every needed pass has modified the graph, whichever comes first: before it, the
-   graph is that of a configuration that agrees with ORT; the culprit is the pass of that application. It is given as ``--stop-after NAME:N`` with the ``--disable`` list that reproduces the
-   configuration, so that ``qdqopt optimize --dump-dir`` shows the graphs before and after it.
+   graph is that of a configuration that agrees with ORT; the culprit is the pass of that application. It is given
+   as ``--stop-after NAME:N`` with the ``--disable`` list that reproduces the configuration, so that ``qdqopt
+   optimize --dump-dir`` shows the graphs before and after it.
 
 If the failing level's configuration 0 already fails, the divergence is in what ORT cannot disable (a required pass,
 or the partitioner and kernel check that the level's stage brings): the report says so and names them.
@@ -46,7 +47,6 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
 
 from qdqopt.compare import LevelComparison, compare_level, run_paired
 from qdqopt.config import SessionConfig
@@ -241,12 +241,12 @@ def bisect(
             if fired == owners:
                 complete = i
                 break
-    at = min((i for i in (mismatch, complete) if i is not None), default=None)
+    index = min((i for i in (mismatch, complete) if i is not None), default=None)
     culprit = boundary
-    if at is not None:
-        entry = mine[at]
+    if index is not None:
+        entry = mine[index]
         culprit = next((c for c in needed if c.owner == entry.name), boundary)
-        count = sum(1 for e in mine[: at + 1] if e.name == entry.name)
+        count = sum(1 for e in mine[: index + 1] if e.name == entry.name)
         result.application = (entry.stage, entry.step + 1, count)
     result.culprit = culprit
     if len(needed) > 1:
@@ -364,4 +364,3 @@ def _evaluate_in_child(source: str, seed: int, files: Sequence[str]) -> dict[str
         last = proc.stderr.strip().splitlines()[-1:] or [f"signal {-proc.returncode}"]
         raise ReferenceError(f"ORT could not run the input model at DISABLE_ALL: {last[0]}")
     return out
-

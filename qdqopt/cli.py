@@ -48,7 +48,6 @@ from qdqopt.config import SessionConfig
 from qdqopt.dumps import run_with_dumps
 from qdqopt.dumps import write_atomic as _write_atomic
 from qdqopt.errors import QdqoptError, UsageError
-from qdqopt.graph import Model
 from qdqopt.graph.model import read_model_proto
 from qdqopt.levels import Level, parse_level
 from qdqopt.manager import PipelineResult
@@ -357,9 +356,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         if parse_level(args.level) >= Level.LAYOUT:
             from qdqopt.explain import explain_layout
 
-            layout = explain_layout(
-                args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins
-            )
+            layout = explain_layout(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
         return _print_json(jsonout.explain_doc(str(args.input), parse_level(args.level), int8, reports, layout))
     print(f"QDQ node units of {args.input} as QDQSelectorActionTransformer sees them (int8 allowed: {int8})")
     counts: collections.Counter[str] = collections.Counter()
@@ -528,9 +525,7 @@ def _parser() -> argparse.ArgumentParser:
             )
 
     def json_option(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--json", action="store_true", help="print one JSON document instead (schema: docs/json.md)"
-        )
+        p.add_argument("--json", action="store_true", help="print one JSON document instead (schema: docs/json.md)")
 
     def isolate_option(p: argparse.ArgumentParser, *, strict: bool = True) -> None:
         group = p.add_mutually_exclusive_group()

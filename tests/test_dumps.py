@@ -26,7 +26,9 @@ NAME = re.compile(r"(\d\d)_(pre|L[0-4]|loop|post)_(\d+)_(\w+)\.onnx")
 
 
 def _counts(model: onnx.ModelProto) -> collections.Counter[str]:
-    return collections.Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}" for n in model.graph.node)
+    return collections.Counter(
+        n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}" for n in model.graph.node
+    )
 
 
 def _accepted_by_ort(path: Path) -> None:

@@ -81,7 +81,9 @@ def test_model_explorer_node_data_documents(tmp_path: Path) -> None:
     assert docs["qdqopt_in_ORT"]["results"]["node_conv2d"]["value"] == 1
 
 
-def test_view_command_runs_up_to_the_viewer(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_view_command_runs_up_to_the_viewer(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     opened: list[tuple[str, Any, list[Any]]] = []
 
     def fake_open(app: str, path: Path, data: list[Path], **kwargs: Any) -> None:
@@ -91,8 +93,21 @@ def test_view_command_runs_up_to_the_viewer(monkeypatch: pytest.MonkeyPatch, cap
 
     monkeypatch.setattr(overlay, "check_viewer", lambda app: None)
     monkeypatch.setattr(overlay, "open_viewer", fake_open)
-    assert main(["view", MODEL, "--app", "model-explorer", "--level", "extended", "--stop-after",
-                 "QDQSelectorActionTransformer"]) == 0
+    assert (
+        main(
+            [
+                "view",
+                MODEL,
+                "--app",
+                "model-explorer",
+                "--level",
+                "extended",
+                "--stop-after",
+                "QDQSelectorActionTransformer",
+            ]
+        )
+        == 0
+    )
     app, model, docs = opened[-1]
     assert app == "model-explorer" and len(docs) == 3
     assert any(n.op_type == "QLinearConv" for n in model.graph.node)
