@@ -3,12 +3,18 @@
 Commands::
 
     qdqopt optimize IN -o OUT [--level L] [--disable NAME[,NAME...]]... [--config KEY=VALUE]... [--plugin REF]...
-    qdqopt passes [--level L] [--config KEY=VALUE]... [--plugin REF]...
+                    [--dump-dir DIR] [--stop-after PASS[:N]]
+    qdqopt passes [--level L] [--config KEY=VALUE]... [--plugin REF]... [--json]
     qdqopt trace IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--ort [--isolate]] [--verbose [--why]]
-                 [--times]
-    qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--isolate]
-    qdqopt explain IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--all]
+                 [--times] [--json]
+    qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--isolate] [--json]
+    qdqopt explain IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--all] [--json]
+    qdqopt view IN [--app netron|model-explorer] [--level L [--stop-after PASS[:N]] [--disable ...] [--config ...]]
+    qdqopt bisect IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--tier T | --numerics TOL [--seed S]]
     qdqopt demo [--isolate]
+
+``--dump-dir`` and ``--stop-after``: :mod:`qdqopt.dumps`; ``--json``: :mod:`qdqopt.jsonout` and docs/json.md;
+``view``: :mod:`qdqopt.overlay`; ``bisect``: :mod:`qdqopt.bisect`.
 
 ``diff``, ``trace --ort`` and ``demo`` compare with ORT as a user runs it: only the ``--disable`` list and the
 ``--config`` entries given are applied, on both sides. A pass qdqopt lacks, or one that declines the model, does not
