@@ -401,6 +401,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from qdqopt.bisect import bisect, bisect_numerics
 
     cfg = _config(args.config)
+    if args.plugin:
+        raise UsageError("bisect searches ORT's own passes: --plugin is not supported here")
     if args.numerics is not None:
         found = bisect_numerics(
             args.input, args.level, args.numerics, config=cfg, disabled=args.disable or (), seed=args.seed
@@ -616,7 +618,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("input")
     common(p)
-    p.set_defaults(plugin=None)
     p.add_argument("--tier", default="X", help="the tier that must hold to agree with ORT (N, S, X or P; default X)")
     p.add_argument(
         "--numerics",
