@@ -8,7 +8,7 @@ Commands::
     qdqopt trace IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--ort [--isolate]] [--verbose [--why]]
                  [--times] [--json]
     qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--isolate] [--json]
-    qdqopt explain IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--all] [--json]
+    qdqopt explain IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--all] [--pass NAME] [--json]
     qdqopt view IN [--app netron|model-explorer] [--level L [--stop-after PASS[:N]] [--disable ...] [--config ...]]
     qdqopt bisect IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--tier T | --numerics TOL [--seed S]]
     qdqopt demo [--isolate]
@@ -355,6 +355,24 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     config = _config(args.config)
     plugins = _plugins(args)
+    if args.pass_name:
+        from qdqopt.explain import explain_pass
+
+        found = explain_pass(
+            args.input, args.pass_name, args.level, config=config, disabled=args.disable or (), plugins=plugins
+        )
+        if getattr(args, "json", False):
+            int8 = Target.detect().with_config(SessionConfig.from_mapping(config, warn=False)).int8_allowed
+            doc = jsonout.explain_doc(str(args.input), parse_level(args.level), int8, [], None)
+            return _print_json(jsonout.with_candidates(doc, args.pass_name, found))
+        print(f"Candidates of {args.pass_name} in {args.input} ({len(found)})")
+        for cand in found:
+            print(f"  {cand.outcome:<8} {cand.name!r}: {cand.detail}")
+            for reason in cand.reasons[1:]:
+                print(f"           - {reason}")
+        outcomes = collections.Counter(cand.outcome for cand in found)
+        print(f"summary: {outcomes['fused']} fused, {outcomes['refused']} refused")
+        return 0
     reports = explain(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
     int8 = Target.detect().with_config(SessionConfig.from_mapping(config, warn=False)).int8_allowed
     if getattr(args, "json", False):
@@ -608,6 +626,12 @@ def _parser() -> argparse.ArgumentParser:
     common(p)
     p.set_defaults(level="extended")
     p.add_argument("--all", action="store_true", help="also list nodes no fusion rule applies to")
+    p.add_argument(
+        "--pass",
+        dest="pass_name",
+        metavar="NAME",
+        help="instead: every candidate of this fusion pass (e.g. EmbedLayerNormFusion), fused into what or refused why",
+    )
     json_option(p)
     p.set_defaults(func=cmd_explain)
 

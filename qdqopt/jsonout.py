@@ -20,7 +20,7 @@ from qdqopt.compare import ISOLATION, LevelComparison, PairedRun
 from qdqopt.config import SessionConfig
 from qdqopt.diff import TIERS
 from qdqopt.events import Event
-from qdqopt.explain import LayoutReport
+from qdqopt.explain import CandidateReport, LayoutReport
 from qdqopt.levels import Level
 from qdqopt.manager import TraceEntry
 from qdqopt.passes import GraphTransformer
@@ -28,7 +28,7 @@ from qdqopt.passes.qdq_selector_action import UnitReport
 from qdqopt.registry import RULES, TRANSFORMERS, Plugin, registered_passes, with_plugins
 from qdqopt.target import Target
 
-__all__ = ["ORT_VERSION", "diff_doc", "explain_doc", "pass_rows", "passes_doc", "trace_doc"]
+__all__ = ["ORT_VERSION", "diff_doc", "explain_doc", "pass_rows", "passes_doc", "trace_doc", "with_candidates"]
 
 ORT_VERSION = "1.32.0"
 #: the stages ``qdqopt passes --all`` lists (those of a session; not the helper stages)
@@ -252,5 +252,19 @@ def explain_doc(
         else [
             {"name": i.name, "op": i.op, "outcome": i.outcome, "detail": i.detail, "reasons": list(i.reasons)}
             for i in layout
+        ],
+        "pass": None,
+        "candidates": None,
+    }
+
+
+def with_candidates(doc: Doc, pass_name: str, candidates: Sequence[CandidateReport]) -> Doc:
+    """``explain --pass NAME --json``: the pass's candidates (and their outcomes in ``summary``) instead of units."""
+    return {
+        **doc,
+        "summary": dict(sorted(collections.Counter(c.outcome for c in candidates).items())),
+        "pass": pass_name,
+        "candidates": [
+            {"name": c.name, "outcome": c.outcome, "detail": c.detail, "reasons": list(c.reasons)} for c in candidates
         ],
     }

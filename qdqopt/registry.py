@@ -38,6 +38,7 @@ from qdqopt.errors import UsageError
 from qdqopt.levels import LEVEL_STAGES, REQUIRED_STAGES, STAGES, Level, level_stage
 from qdqopt.passes import rules_level1 as r1
 from qdqopt.passes import rules_level2 as r2
+from qdqopt.passes.attention_fusion import AttentionFusion
 from qdqopt.passes.avx2_weight_s8_to_u8 import Avx2WeightS8ToU8Transformer
 from qdqopt.passes.base import GraphTransformer, RewriteRule
 from qdqopt.passes.bias_dropout_fusion import BiasDropoutFusion
@@ -52,6 +53,7 @@ from qdqopt.passes.cse import CommonSubexpressionElimination
 from qdqopt.passes.double_qdq import DoubleQDQPairsRemover
 from qdqopt.passes.dq_matmulnbits_fusion import DQMatMulNBitsFusion
 from qdqopt.passes.dynamic_quantize_matmul import DynamicQuantizeMatMulFusion
+from qdqopt.passes.embed_layer_norm_fusion import EmbedLayerNormFusion
 from qdqopt.passes.ensure_unique_dq import EnsureUniqueDQForNodeUnit
 from qdqopt.passes.fast_gelu_fusion import FastGeluFusion
 from qdqopt.passes.free_dimension_override import FreeDimensionOverrideTransformer
@@ -59,6 +61,8 @@ from qdqopt.passes.fuse_initializers import FuseFp16InitializerToFp32NodeTransfo
 from qdqopt.passes.gather_fusion import GatherSliceToSplitFusion, GatherToSliceFusion
 from qdqopt.passes.gelu_fusion import GeluFusionL1, GeluFusionL2
 from qdqopt.passes.gemm_activation_fusion import GemmActivationFusion
+from qdqopt.passes.group_query_attention_fusion import GroupQueryAttentionFusion
+from qdqopt.passes.group_query_attention_pre_norm_fusion import GroupQueryAttentionPreNormFusion
 from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCastTransformer
 from qdqopt.passes.layer_norm_fusion import LayerNormFusionL1, LayerNormFusionL2, SimplifiedLayerNormFusion
 from qdqopt.passes.matmul_activation_fusion import MatMulActivationFusion
@@ -310,13 +314,13 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("GeluFusionL2", "L2", GeluFusionL2, "GeluFusion", eps=_CPU),
     PassSpec("LayerNormFusionL2", "L2", LayerNormFusionL2, "LayerNormFusion", eps=_CPU),
     PassSpec("SimplifiedLayerNormFusion", "L2", SimplifiedLayerNormFusion, eps=_CPU),
-    PassSpec("AttentionFusion", "L2", None, eps=_CPU),
-    PassSpec("EmbedLayerNormFusion", "L2", None, eps=_CPU),
+    PassSpec("AttentionFusion", "L2", AttentionFusion, eps=_CPU),
+    PassSpec("EmbedLayerNormFusion", "L2", EmbedLayerNormFusion, eps=_CPU),
     PassSpec("GatherSliceToSplitFusion", "L2", GatherSliceToSplitFusion, eps=_CPU),
     PassSpec("GatherToSliceFusion", "L2", GatherToSliceFusion, eps=_CPU),
     PassSpec("MatmulTransposeFusion", "L2", MatmulTransposeFusion, eps=_CPU),
     PassSpec("BiasGeluFusion", "L2", BiasGeluFusion, eps=_CPU),
-    PassSpec("GroupQueryAttentionFusion", "L2", None, eps=("CUDAExecutionProvider",)),
+    PassSpec("GroupQueryAttentionFusion", "L2", GroupQueryAttentionFusion, eps=("CUDAExecutionProvider",)),
     PassSpec("MatMulAddFusion", "L2", MatMulAddFusion, qdq="q"),  # registered for any EP
     PassSpec("SkipLayerNormFusion", "L2", SkipLayerNormFusion, eps=_CPU),
     PassSpec("BiasSkipLayerNormFusion", "L2", BiasSkipLayerNormFusion, eps=_CPU),
@@ -332,7 +336,9 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("Avx2WeightS8ToU8Transformer", "L2", Avx2WeightS8ToU8Transformer, gate=_avx2_s8_u8,
              gate_text="session.x64quantprecision=1 on an x86 CPU whose U8S8 kernels may overflow", eps=_CPU, qdq="Q"),
     PassSpec("MatMulNBitsFusion", "L2", MatMulNBitsFusion, eps=_CPU, qdq="q"),
-    PassSpec("GroupQueryAttentionPreNormFusion", "L2", None, eps=("CUDAExecutionProvider", "WebGpuExecutionProvider")),
+    # GroupQueryAttentionFusion / GroupQueryAttentionPreNormFusion fuse CUDA (and WebGPU) nodes only: no-ops on CPU
+    PassSpec("GroupQueryAttentionPreNormFusion", "L2", GroupQueryAttentionPreNormFusion,
+             eps=("CUDAExecutionProvider", "WebGpuExecutionProvider")),
     PassSpec("QDQFinalCleanupTransformer", "L2", QDQFinalCleanupTransformer, qdq="Q"),
     # ---------------------------------------------------------------- Level3
     PassSpec("NchwcTransformer", "L3", NchwcTransformer, gate=_nchwc,

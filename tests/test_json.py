@@ -164,3 +164,10 @@ def test_the_validator_rejects_broken_documents(capsys: pytest.CaptureFixture[st
     typed = copy.deepcopy(doc)
     typed["int8_allowed"] = 0
     assert validate(typed, schema)
+
+
+def test_explain_pass_json(capsys: pytest.CaptureFixture[str]) -> None:
+    status, doc = run_json(capsys, "explain", MODEL, "--pass", "EmbedLayerNormFusion")
+    assert status == 0
+    assert validate(doc, schemas()["explain"]) == []
+    assert doc["pass"] == "EmbedLayerNormFusion" and doc["candidates"] == [] and doc["units"] == []

@@ -1,5 +1,5 @@
 """docs/walkthrough.md: every command and snippet it shows is run here, its shown output checked (each line shown is
-in the real output, in order; ``...`` marks lines left out; a snippet's output exactly), and the claim next to it
+in the real output, in order; ``...`` marks lines left out, or the end of a line; a snippet's output exactly), and the claim next to it
 checked against the model or ORT. A command added to the page without a claim here fails
 ``test_every_command_is_checked``."""
 
@@ -62,7 +62,10 @@ def _shown_in_order(shown: list[str], output: str) -> None:
     lines = [_norm(x) for x in output.splitlines()]
     at = 0
     for want in (_norm(x) for x in shown if x.strip() and x.strip() != "..."):
-        while at < len(lines) and lines[at] != want:
+        # a line ending in "..." stands for any line it begins
+        while at < len(lines) and not (
+            lines[at] == want or (want.endswith("...") and lines[at].startswith(want[:-3].rstrip()))
+        ):
             at += 1
         assert at < len(lines), f"shown line not in the output (in order): {want!r}\n--- output:\n{output}"
         at += 1

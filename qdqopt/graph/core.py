@@ -60,6 +60,10 @@ __all__ = ["Changes", "Edge", "Graph", "Node", "ShapeDims", "View", "dim_values"
 ShapeDims = list[int | str | None]
 
 
+#: how many producers back ``View.DATA`` follows schema type constraints for a value made since the last inference
+_BOUND_DEPTH = 32
+
+
 class View(enum.Enum):
     """Which of qdqopt's emulations of ORT's NodeArg types a query reads (:meth:`Graph.shape`,
     :meth:`Graph.elem_type`, :meth:`Graph.type_proto`).
@@ -565,6 +569,17 @@ class Graph:
         self._note("~", node)
         self.modified = True
 
+    def set_inputs(self, node: Node, values: Sequence[str]) -> None:
+        """Replace the node's whole input list, shorter or longer (``node.MutableInputDefs().assign(...)``)."""
+        node.inputs = list(values)
+        for value in node.inputs:
+            self._arg_map.insert(value)
+            if value:
+                self._known(value)
+        self._rewire_inputs(node)
+        self._note("~", node)
+        self.modified = True
+
     def set_output(self, node: Node, slot: int, value: str) -> None:
         """Make ``node`` produce ``value`` at ``slot``; consumers of ``value`` get connected to it."""
         while len(node.outputs) <= slot:
@@ -846,8 +861,9 @@ class Graph:
             return None
         return [int(d.dim_value) if d.HasField("dim_value") else None for d in found.tensor_type.shape.dim]
 
-    def _data_elem_type(self, value: str) -> int | None:
-        """``View.DATA``'s element type: see :class:`View`."""
+    def _data_elem_type(self, value: str, _depth: int = 0) -> int | None:
+        """``View.DATA``'s element type: see :class:`View`. A value made since the last inference gets the type its
+        schema's constraints bind from its inputs' (``_depth`` bounds that walk), else its node-by-node inference's."""
         if not value:
             return None
         tensor = self.constant_initializer(value)
@@ -857,6 +873,11 @@ class Graph:
             return int(tensor.data_type)
         known = self._data_types
         if known is not None and value not in known:  # a value made since the last inference
+            node = self.producer(value)
+            if node is not None and not node.subgraphs and _depth < _BOUND_DEPTH:
+                bound = inference.bound_elem_type(node, value, lambda v: self._data_elem_type(v, _depth + 1))
+                if bound is not None:
+                    return bound
             local = self._node_type(value)
             if local is not None and local.HasField("tensor_type") and local.tensor_type.elem_type:
                 return int(local.tensor_type.elem_type)

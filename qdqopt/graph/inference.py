@@ -21,6 +21,7 @@ the results and decides when to run it again:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import onnx
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from qdqopt.graph.core import Graph, Node
 
 __all__ = [
+    "bound_elem_type",
     "fill_unknown",
     "has_dim",
     "infer_model_types",
@@ -423,7 +425,7 @@ def _propagate_by_schema(graph: Graph) -> bool:
             if not value or graph.value_type(value) is not None:
                 continue
             formal = schema.outputs[min(slot, len(schema.outputs) - 1)]
-            guessed = _type_for_formal(graph, node, schema, formal.type_str, counts)
+            guessed = _type_for_formal(node, schema, formal.type_str, counts, graph.value_type)
             if guessed is not None:
                 graph.set_value_type(value, guessed)
                 found = True
@@ -431,15 +433,18 @@ def _propagate_by_schema(graph: Graph) -> bool:
 
 
 def _type_for_formal(
-    graph: Graph, node: Node, schema: Schema, type_str: str, counts: list[int]
+    node: Node, schema: Schema, type_str: str, counts: list[int], type_of: Callable[[str], onnx.TypeProto | None]
 ) -> onnx.TypeProto | None:
+    """The type a formal of type string ``type_str`` has by the schema alone: a concrete type string's, or the type the
+    constraint is bound to by the first typed input of the same constraint (``type_of`` types an input), or the one
+    type the constraint allows; None when nothing binds it (an attribute such as Cast's ``to`` decides)."""
     if type_str not in schema.constraint_names:
         return parse_type_string(type_str)
     start = 0
     for index, formal in enumerate(schema.inputs[: len(counts)]):
         if formal.type_str == type_str:
             for value in node.inputs[start : start + counts[index]]:
-                known = graph.value_type(value) if value else None
+                known = type_of(value) if value else None
                 if known is not None:  # the type the parameter binds, without the input's shape
                     return parse_type_string(type_string(known) or "") or known
         start += counts[index]
@@ -447,6 +452,26 @@ def _type_for_formal(
     if len(allowed) == 1:
         return parse_type_string(next(iter(allowed)))
     return None
+
+
+def bound_elem_type(node: Node, value: str, elem_of: Callable[[str], int | None]) -> int | None:
+    """The element type output ``value`` of ``node`` has by the type constraints of the node's schema, from its
+    inputs' element types (``elem_of``), as Resolve's ``InferAndVerifyTypeMatch`` binds them before any inference
+    function runs; None when no input binds it or the schema does not say (then inference decides)."""
+    schema = node_schema(node)
+    if schema is None or not schema.outputs or value not in node.outputs:
+        return None
+    slot = node.outputs.index(value)
+    formal = schema.outputs[min(slot, len(schema.outputs) - 1)]
+
+    def type_of(name: str) -> onnx.TypeProto | None:
+        elem = elem_of(name)
+        return onnx.helper.make_tensor_type_proto(elem, None) if elem else None
+
+    found = _type_for_formal(node, schema, formal.type_str, input_arg_counts(schema, len(node.inputs)), type_of)
+    if found is None or found.WhichOneof("value") != "tensor_type":
+        return None
+    return int(found.tensor_type.elem_type) or None
 
 
 # ---------------------------------------------------------------------------------------------- Resolve with shape data

@@ -100,6 +100,23 @@ class GraphTransformer(ABC):
                 modified = True
         return modified
 
+    def visit_then_remove(
+        self, graph: Graph, ctx: PassContext, graph_level: int, fuse: Callable[[Node, list[Node]], None]
+    ) -> bool:
+        """:meth:`visit_in_order` for the fusions that add their fused node during the visit but remove the nodes it
+        replaces only after it (ORT's ``nodes_to_remove`` list: DynamicQuantizeMatMulFusion,
+        MatMulIntegerToFloatFusion); ``fuse(node, to_remove)`` appends to the list."""
+        to_remove: list[Node] = []
+
+        def visit(node: Node) -> bool:
+            fuse(node, to_remove)
+            return False
+
+        modified = self.visit_in_order(graph, ctx, graph_level, visit)
+        for node in to_remove:
+            graph.remove_node(node)
+        return modified or bool(to_remove)
+
     def recurse(self, node: Node, ctx: PassContext, graph_level: int) -> bool:
         """``GraphTransformer::Recurse``: apply to each subgraph of ``node``, marking a changed one modified."""
         modified = False

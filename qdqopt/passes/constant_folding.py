@@ -66,7 +66,7 @@ from qdqopt.graph.core import merge_declared
 from qdqopt.graph.inference import update_shape_inference
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import check_output_edges, produces_graph_output
+from qdqopt.passes.graph_utils import add_node_like, check_output_edges, produces_graph_output
 
 __all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "ConstantFolding", "is_deterministic", "update_shape_inference"]
 
@@ -479,16 +479,7 @@ def inline_if_subgraph(graph: Graph, if_node: Node, taken: str, branch: Graph) -
                 renamed[name] = fresh
                 new_outputs.append(fresh)
         new_name = graph.generate_node_name(unique(node.op_type))
-        new_node = graph.add_node(
-            new_name,
-            node.op_type,
-            new_inputs,
-            new_outputs,
-            domain=node.domain,
-            attributes=dict(node.attributes),
-            attr_map=node.attr_map,
-            doc_string=node.doc_string,
-        )
+        new_node = add_node_like(graph, node, new_name, new_inputs, new_outputs, doc_string=node.doc_string)
         if node.subgraphs:
             for sub in node.subgraphs.values():
                 _rename_outer_values(sub, renamed)

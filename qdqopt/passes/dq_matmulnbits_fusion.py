@@ -50,6 +50,7 @@ from qdqopt.passes.graph_utils import (
     output_edge_count,
 )
 from qdqopt.passes.qdq.actions import pack_nbits
+from qdqopt.passes.qdq_util import raw_tensor
 
 __all__ = ["DQMatMulNBitsFusion"]
 
@@ -91,6 +92,11 @@ class DQMatMulNBitsFusion(GraphTransformer):
 def _producer(graph: Graph, name: str, op_type: str) -> Node | None:
     node = graph.producer(name) if name else None
     return node if node is not None and node.op_type == op_type else None
+
+
+def _link(graph: Graph, node: Node) -> bool:
+    """A middle node of the weight's path: one output edge and a first input to follow."""
+    return output_edge_count(graph, node) == 1 and bool(node.inputs) and bool(node.inputs[0])
 
 
 def _block_size(dq: Node, axis: int) -> int | None:
@@ -154,14 +160,14 @@ def _match_reshape_transpose(graph: Graph, mm: Node) -> _Match | None:
     cast = _producer(graph, mm.inputs[1], "Cast")
     src = mm.inputs[1]
     if cast is not None:
-        if output_edge_count(graph, cast) != 1 or not cast.inputs or not cast.inputs[0]:
+        if not _link(graph, cast):
             return None
         src = cast.inputs[0]
     tp = _producer(graph, src, "Transpose")
-    if tp is None or output_edge_count(graph, tp) != 1 or not tp.inputs or not tp.inputs[0]:
+    if tp is None or not _link(graph, tp):
         return None
     rs = _producer(graph, tp.inputs[0], "Reshape")
-    if rs is None or output_edge_count(graph, rs) != 1 or not rs.inputs or not rs.inputs[0]:
+    if rs is None or not _link(graph, rs):
         return None
     dq = _producer(graph, rs.inputs[0], "DequantizeLinear")
     if dq is None or output_edge_count(graph, dq) != 1:
@@ -234,15 +240,6 @@ def _match_direct(graph: Graph, mm: Node) -> _Match | None:
 
 
 # -------------------------------------------------------------------------------------------------- rewrite
-def _raw(name: str, dtype: int, dims: list[int], data: bytes) -> onnx.TensorProto:
-    tensor = onnx.TensorProto()
-    tensor.name = name
-    tensor.data_type = dtype
-    tensor.dims.extend(dims)
-    tensor.raw_data = data
-    return tensor
-
-
 def _all_eights(zp: np.ndarray) -> bool:
     """``IsUniformPackedUint4Value(zp, 8)``: MatMulNBits' default zero point, left out."""
     return bool(zp.size) and bool(np.all(zp == 8))
@@ -289,11 +286,11 @@ def _rewrite(graph: Graph, match: _Match, accuracy: int, *, direct: bool) -> boo
         base = zp_name + "_mnb" if zp_name else ("direct_DQ_zp_mnb" if direct else "fused_DQ_zp_mnb")
         new_z = graph.generate_value_name(base)
     tensors = [
-        _raw(new_w, TP.UINT8, [n, nb, bs // 2], packed_w.tobytes()),
-        _raw(new_s, int(s_t.data_type), [n * nb], packed_s.astype(scale.dtype).tobytes()),
+        raw_tensor(new_w, TP.UINT8, [n, nb, bs // 2], packed_w.tobytes()),
+        raw_tensor(new_s, int(s_t.data_type), [n * nb], packed_s.astype(scale.dtype).tobytes()),
     ]
     if new_z:
-        tensors.append(_raw(new_z, TP.UINT8, [int(packed_z.size)], packed_z.tobytes()))
+        tensors.append(raw_tensor(new_z, TP.UINT8, [int(packed_z.size)], packed_z.tobytes()))
     attr_map = StdUnorderedMap()
     values = {"K": k, "N": n, "accuracy_level": accuracy, "bits": 4, "block_size": bs}
     attributes: dict[str, onnx.AttributeProto] = {}

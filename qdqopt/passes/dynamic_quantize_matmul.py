@@ -41,16 +41,7 @@ class DynamicQuantizeMatMulFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", "ACLExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        to_remove: list[Node] = []
-
-        def visit(node: Node) -> bool:
-            self._try_fuse(graph, node, to_remove)
-            return False
-
-        modified = self.visit_in_order(graph, ctx, graph_level, visit)
-        for node in to_remove:
-            graph.remove_node(node)
-        return modified or bool(to_remove)
+        return self.visit_then_remove(graph, ctx, graph_level, lambda node, out: self._try_fuse(graph, node, out))
 
     def _try_fuse(self, graph: Graph, mtf: Node, to_remove: list[Node]) -> None:
         if (

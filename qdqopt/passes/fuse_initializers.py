@@ -17,15 +17,15 @@ Rules (ORT 1.32):
 * over one topological snapshot, a node is *fused* when it is a ``Cast`` (any EP, any domain) with no input edge,
   exactly one output edge, no graph output, whose input 0 is a constant initializer (outer scopes included) with an
   fp16 tensor type and whose output NodeArg is an fp32 tensor;
-* then, in node-index order (a ``std::set``), each fused Cast: the next node is its one output edge's consumer; the
-  slot is the first input def of that node whose *name equals the Cast node's name* (the inserted Casts name their
-  output arg after themselves); the new initializer is ``GenerateNodeArgName("FusedBack_" + that input's name with
-  its first "InsertedPrecisionFreeCast_" removed)``: the fp16 data converted to float32, dims kept, written as
-  ``raw_data`` (appended to the initializers); the node's input is replaced by it;
+* then, in node-index order (a ``std::set``), each fused Cast: the next node is its one output edge's consumer and
+  the slot that edge's input index (so any Cast qualifies, whatever its name: the model's own Casts too when
+  ConstantFolding did not fold them); the new initializer is ``GenerateNodeArgName("FusedBack_" + the Cast
+  output's name with its first "InsertedPrecisionFreeCast_" removed)``: the fp16 data converted to float32, dims
+  kept, written as ``raw_data`` (appended to the initializers); the node's input is replaced by it;
+* an edge to an implicit input (the Cast's output read only inside a subgraph of the next node) has an index past
+  the next node's explicit inputs, and 1.32 fails the session ("next_node_arg_index <
+  next_node.InputDefs().size() was false. Could not find Cast output '<name>' in consumer node inputs.");
 * then every fused Cast is removed; the unread fp16 initializers go at Resolve.
-
-A Cast whose name matches none of the next node's input defs (one ORT did not insert, or feeding a subgraph) sends
-ORT past the end of the input list; qdqopt declines such a model (:meth:`unsupported`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from qdqopt.errors import ModelError
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import input_edge_count, node_produces_graph_output
@@ -61,14 +62,18 @@ def _candidates(graph: Graph) -> list[Node]:
     return sorted(found, key=lambda n: n.index)
 
 
-def _target_slot(graph: Graph, cast: Node) -> tuple[Node, int] | None:
+def _target_slot(graph: Graph, cast: Node) -> tuple[Node, int]:
+    """The next node and the input index of the Cast's one output edge; an implicit input fails the session."""
     edge = graph.output_edges(cast)[0]
     next_node = graph.node(edge.dst)
     assert next_node is not None
-    for slot, value in enumerate(next_node.inputs):
-        if value == cast.name:
-            return next_node, slot
-    return None
+    if edge.dst_slot >= len(next_node.inputs):
+        raise ModelError(
+            "FuseInitializerWithNode: next_node_arg_index < next_node.InputDefs().size() was false. Could not find "
+            f"Cast output '{cast.outputs[0]}' in consumer node inputs. (ORT 1.32 fails the session: the Cast's "
+            f"output is read only inside a subgraph of {next_node.name!r})"
+        )
+    return next_node, edge.dst_slot
 
 
 def _new_name(old: str) -> str:
@@ -80,21 +85,10 @@ class FuseFp16InitializerToFp32NodeTransformer(GraphTransformer):
 
     name = "FuseFp16InitializerToFp32NodeTransformer"
 
-    def unsupported(self, graph: Graph, ctx: PassContext) -> str | None:
-        for cast in _candidates(graph):
-            if _target_slot(graph, cast) is None:
-                return (
-                    f"Cast {cast.name!r} of an fp16 initializer is named after none of its consumer's inputs "
-                    "(ORT reads past the end of the consumer's input list)"
-                )
-        return None
-
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         casts = _candidates(graph)
         for cast in casts:
-            target = _target_slot(graph, cast)
-            assert target is not None  # unsupported() declined the model otherwise
-            next_node, slot = target
+            next_node, slot = _target_slot(graph, cast)
             tensor = graph.constant_initializer(cast.inputs[0])
             assert tensor is not None
             name = graph.generate_value_name(_new_name(next_node.inputs[slot]))

@@ -25,19 +25,16 @@ Rules (ORT 1.32):
 
 from __future__ import annotations
 
-import copy
-
 import onnx
 
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import output_nodes
+from qdqopt.passes.graph_utils import fuse_with_activation, output_nodes
 from qdqopt.passes.qdq_util import produces_graph_output
 
 __all__ = ["GemmActivationFusion", "is_fusable_activation"]
 
 CPU = "CPUExecutionProvider"
-MS = "com.microsoft"
 
 _GEMM_VERSIONS = (7, 9, 11, 13)
 #: ``IsFusableActivation``: op type -> accepted ``SinceVersion``s (ONNX domain).
@@ -92,22 +89,12 @@ class GemmActivationFusion(GraphTransformer):
             return False
         if produces_graph_output(graph, gemm):
             return False
-        fused = graph.add_node(
-            graph.generate_node_name("fused " + gemm.name),
-            "FusedGemm",
-            list(gemm.inputs),
-            list(act.outputs),
-            domain=MS,
-            attributes=dict(gemm.attributes),
-            attr_map=gemm.attr_map,
+        fuse_with_activation(
+            graph,
+            gemm,
+            act,
+            name=graph.generate_node_name("fused " + gemm.name),
+            op_type="FusedGemm",
             doc_string=f"fused Gemm {gemm.name}with activation {act.op_type}",
-            ep=gemm.ep,
         )
-        graph.set_attribute(fused, onnx.helper.make_attribute("activation", act.op_type))
-        for key in act.attribute_order():
-            renamed = copy.deepcopy(act.attributes[key])
-            renamed.name = "activation_" + key
-            graph.set_attribute(fused, renamed)
-        for node in (gemm, act):
-            graph.remove_node(node)
         return True

@@ -31,6 +31,7 @@ counterpart here: rewiring an input rewires its edge.
 from __future__ import annotations
 
 import collections
+import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ from qdqopt.graph.stdhash import StdUnorderedMap
 
 __all__ = [
     "EdgeToMatch",
+    "append_tensor_from_initializer",
     "can_remove_node",
     "can_replace_node_with_initializer",
     "constant_array",
@@ -56,6 +58,7 @@ __all__ = [
     "input_edge_count",
     "input_node",
     "is_constant",
+    "is_initializer",
     "is_only_one_output_used",
     "is_output_used",
     "is_supported_op",
@@ -397,6 +400,24 @@ def _is_initializer(graph: Graph, name: str) -> bool:
     return graph.parent is not None and not graph.defines(name) and _is_initializer(graph.parent, name)
 
 
+def is_initializer(graph: Graph, name: str) -> bool:
+    """``graph_utils::IsInitializer(graph, name, check_outer_scope=true)`` (constant or not)."""
+    return _is_initializer(graph, name)
+
+
+def append_tensor_from_initializer(graph: Graph, name: str, data: list[int]) -> bool:
+    """``optimizer_utils::AppendTensorFromInitializer(require_constant=true)``: append the values of an int64 or
+    int32 constant initializer of this graph to ``data``; False (nothing appended) otherwise."""
+    if constant_initializer(graph, name) is None or not graph.is_initializer(name):
+        return False
+    tensor = graph.initializer(name)
+    assert tensor is not None
+    if tensor.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+        return False
+    data.extend(int(v) for v in graph.array(name).reshape(-1))
+    return True
+
+
 @dataclass(frozen=True)
 class EdgeToMatch:
     """``graph_utils::EdgeEndToMatch``: an edge's slots and the op at its other end."""
@@ -467,3 +488,45 @@ def finalize_nodes_fusion(graph: Graph, nodes: Sequence[Node], replacement: Node
         if graph.node(node.index) is not None:
             graph.remove_node(node)
     _move_outputs(graph, replacement, outputs)
+
+
+def fuse_with_activation(graph: Graph, node: Node, act: Node, *, name: str, op_type: str, doc_string: str) -> Node:
+    """``node`` followed by activation ``act`` become one com.microsoft ``op_type`` (FusedGemm,
+    FusedMatMulActivation): ``node``'s inputs, attributes (map order kept) and EP, ``act``'s outputs, an
+    ``activation`` attribute naming the activation's op and each of its attributes again as ``activation_<name>``."""
+    fused = graph.add_node(
+        name,
+        op_type,
+        list(node.inputs),
+        list(act.outputs),
+        domain="com.microsoft",
+        attributes=dict(node.attributes),
+        attr_map=node.attr_map,
+        doc_string=doc_string,
+        ep=node.ep,
+    )
+    graph.set_attribute(fused, onnx.helper.make_attribute("activation", act.op_type))
+    for key in act.attribute_order():
+        renamed = copy.deepcopy(act.attributes[key])
+        renamed.name = "activation_" + key
+        graph.set_attribute(fused, renamed)
+    for old in (node, act):
+        graph.remove_node(old)
+    return fused
+
+
+def add_node_like(
+    graph: Graph, node: Node, name: str, inputs: list[str], outputs: list[str], *, doc_string: str, ep: str = ""
+) -> Node:
+    """A new node doing what ``node`` does (op, domain, attributes in their map order) between other values."""
+    return graph.add_node(
+        name,
+        node.op_type,
+        inputs,
+        outputs,
+        domain=node.domain,
+        attributes=dict(node.attributes),
+        attr_map=node.attr_map,
+        doc_string=doc_string,
+        ep=ep,
+    )

@@ -23,13 +23,14 @@ Rules (ORT 1.32):
 
 from __future__ import annotations
 
-import copy
-
-import onnx
-
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import is_supported_op, node_produces_graph_output, output_nodes
+from qdqopt.passes.graph_utils import (
+    fuse_with_activation,
+    is_supported_op,
+    node_produces_graph_output,
+    output_nodes,
+)
 
 __all__ = ["MatMulActivationFusion"]
 
@@ -60,22 +61,12 @@ class MatMulActivationFusion(GraphTransformer):
             return False
         if node_produces_graph_output(graph, matmul):
             return False
-        fused = graph.add_node(
-            graph.generate_node_name(matmul.name + "_FusedActivation"),
-            "FusedMatMulActivation",
-            list(matmul.inputs),
-            list(act.outputs),
-            domain=MS_DOMAIN,
-            attributes=dict(matmul.attributes),
-            attr_map=matmul.attr_map,
+        fuse_with_activation(
+            graph,
+            matmul,
+            act,
+            name=graph.generate_node_name(matmul.name + "_FusedActivation"),
+            op_type="FusedMatMulActivation",
             doc_string=matmul.doc_string + " with activation " + act.op_type,
-            ep=matmul.ep,
         )
-        graph.set_attribute(fused, onnx.helper.make_attribute("activation", act.op_type))
-        for key in act.attribute_order():
-            renamed = copy.deepcopy(act.attributes[key])
-            renamed.name = "activation_" + key
-            graph.set_attribute(fused, renamed)
-        for node in (matmul, act):
-            graph.remove_node(node)
         return True

@@ -52,7 +52,7 @@ import onnx
 
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import is_supported_op, node_produces_graph_output
+from qdqopt.passes.graph_utils import add_node_like, is_supported_op, node_produces_graph_output
 
 __all__ = ["MatmulTransposeFusion"]
 
@@ -182,14 +182,12 @@ def _reorder_cast_and_transpose(state: _State, cast: Node) -> _Side | None:
 def _add_copy(graph: Graph, node: Node, name_base: str, inputs: list[str], outputs: list[str], what: str) -> Node:
     """A new node doing what ``node`` does (op, domain, attributes, EP) between other values, named after
     ``name_base`` (``GenerateNodeName``)."""
-    return graph.add_node(
+    return add_node_like(
+        graph,
+        node,
         graph.generate_node_name(name_base),
-        node.op_type,
         inputs,
         outputs,
-        domain=node.domain,
-        attributes=dict(node.attributes),
-        attr_map=node.attr_map,
         doc_string=f"Created a new {what} node to interchange Cast and Transpose nodes",
         ep=node.ep,
     )

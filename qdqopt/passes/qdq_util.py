@@ -242,6 +242,16 @@ def q_zero_point_type(graph: Graph, q: Node) -> int | None:
     return None if tensor is None else int(tensor.data_type)
 
 
+def raw_tensor(name: str, dtype: int, dims: list[int], data: bytes) -> onnx.TensorProto:
+    """A TensorProto of ``dtype`` and ``dims`` holding ``data`` (already packed) as raw bytes."""
+    tensor = onnx.TensorProto()
+    tensor.name = name
+    tensor.data_type = dtype
+    tensor.dims.extend(dims)
+    tensor.raw_data = data
+    return tensor
+
+
 def tensor_from_array(array: np.ndarray, name: str, dtype: int) -> onnx.TensorProto:
     """A raw-data TensorProto of ``dtype`` (as ``utils::TensorToTensorProto`` writes one)."""
     tensor = numpy_helper.from_array(array, name)

@@ -40,9 +40,9 @@ from qdqopt.kernels import input_arg_counts, node_schema
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
     EdgeToMatch,
+    append_tensor_from_initializer,
     can_replace_node_with_initializer,
     check_output_edges,
-    constant_initializer,
     finalize_nodes_fusion,
     find_path,
     input_node,
@@ -64,16 +64,8 @@ _SHAPE = (1, 13, 15, 19, 21, 23, 24, 25)
 
 
 # ------------------------------------------------------------------------------------------- optimizer_utils
-def _append_initializer(graph: Graph, name: str, data: list[int]) -> bool:
-    """``AppendTensorFromInitializer(require_constant=true)``: append an int64/int32 constant's values."""
-    if constant_initializer(graph, name) is None or not graph.is_initializer(name):
-        return False
-    tensor = graph.initializer(name)
-    assert tensor is not None
-    if tensor.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
-        return False
-    data.extend(int(v) for v in graph.array(name).reshape(-1))
-    return True
+#: ``AppendTensorFromInitializer(require_constant=true)``
+_append_initializer = append_tensor_from_initializer
 
 
 def _is_scalar(shape: ShapeDims | None) -> bool:

@@ -142,8 +142,10 @@ def _rewrite(graph: Graph, node: Node) -> bool:
             return False
     bias_size = -1
     if bias_name is not None:
+        if _initializer_any_scope(graph, bias_name) is None:  # asked first: it spares a shape inference
+            return False
         bias_shape = graph.shape(bias_name, view=View.FILLED)
-        if _initializer_any_scope(graph, bias_name) is None or bias_shape is None or len(bias_shape) != 1:
+        if bias_shape is None or len(bias_shape) != 1:
             return False
         bias_size = bias_shape[0] if isinstance(bias_shape[0], int) else 0
     if dq1 is not None and bias_size == -1:

@@ -11,6 +11,8 @@ SkipLayerNormalization,            output: input's type and shape; mean, inv_std
 SkipSimplifiedLayerNormalization   shape with the last dim 1; input_skip_bias_sum: as input
 LayerNormalization-1 (ai.onnx,     ORT's own schema below ONNX's opset 17: Y of Scale's type (V), X's shape;
 opset < 17)                        Mean, InvStdDev of ``stash_type`` with X's shape, 1 from ``axis`` on
+Attention                          input's type; input's shape [B, S, *] with the last dim the v hidden size
+                                   (``qkv_hidden_sizes[2]``, else the weights' dim 1 / 3, when known)
 SimplifiedLayerNormalization-1     Y as LayerNormalization; inv_std_var of ``stash_type``, X's shape with the
 (ai.onnx)                          ``axis`` dim alone set to 1 (not the dims after it)
 =================================  ======================================================================
@@ -125,7 +127,29 @@ def _skip_layer_normalization(node: Node) -> None:
         node.set_shape(3, dims)
 
 
+def _attention(node: Node) -> None:
+    """``AttentionTypeAndShapeInference`` (no past): output 0 of the input's type and its shape ``[B, S, W]`` with
+    ``W`` the v hidden size when it is known (``qkv_hidden_sizes[2]``, else the weights' dim 1 divided by 3)."""
+    node.propagate_elem(0, 0)
+    dims = node.shape(0)
+    if dims is None or len(dims) != 3:
+        return
+    v_hidden = -1
+    sizes = node.attr_ints("qkv_hidden_sizes")
+    if sizes:
+        v_hidden = sizes[2] if len(sizes) == 3 else -1
+    else:
+        weights = node.shape(1)
+        if weights is not None and len(weights) == 2 and weights[1].HasField("dim_value"):
+            v_hidden = weights[1].dim_value // 3
+    out = list(dims)
+    if v_hidden > 0:
+        out[2] = dim_value(v_hidden)
+    node.set_shape(0, out)
+
+
 SPECS = [
+    OpSpec(MS, "Attention", _attention),
     OpSpec(MS, "FusedMatMul", _fused_matmul),
     OpSpec(MS, "FusedConv", _fused_conv),
     OpSpec(MS, "FusedGemm", _fused_gemm),

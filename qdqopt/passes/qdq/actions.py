@@ -22,6 +22,7 @@ import onnx
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.graph_utils import add_replacement_node
 from qdqopt.passes.qdq.selectors import Ctx, Selection
+from qdqopt.passes.qdq_util import raw_tensor
 
 __all__ = [
     "GUID_INT8",
@@ -182,11 +183,11 @@ class MatMulNBitsAction(Action):
             graph, target, "MatMulNBits", [], list(target.outputs), domain=MS, attributes=attributes, attr_map=attr_map
         )
         tensors = [
-            _raw(w_name, TP.UINT8, [n, nb, (bs * bits + 7) // 8], packed_w.tobytes()),
-            _raw(s_name, int(s_t.data_type), [n * nb], packed_s.astype(scale.dtype).tobytes()),
+            raw_tensor(w_name, TP.UINT8, [n, nb, (bs * bits + 7) // 8], packed_w.tobytes()),
+            raw_tensor(s_name, int(s_t.data_type), [n * nb], packed_s.astype(scale.dtype).tobytes()),
         ]
         if z_name and packed_z is not None:
-            tensors.append(_raw(z_name, TP.UINT8, [int(packed_z.size)], packed_z.tobytes()))
+            tensors.append(raw_tensor(z_name, TP.UINT8, [int(packed_z.size)], packed_z.tobytes()))
         for tensor in tensors:
             graph.add_initializer(tensor)
             graph.set_value_type(tensor.name, onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims)))
@@ -202,15 +203,6 @@ class MatMulNBitsAction(Action):
                 graph.set_input(node, 5, bias)
         remove_nodes(graph, Selection([dq], target, []), preserve_target=False)
         # a 16-bit Q after the target keeps reading the (moved) target output: nothing else to do
-
-
-def _raw(name: str, dtype: int, dims: list[int], data: bytes) -> onnx.TensorProto:
-    tensor = onnx.TensorProto()
-    tensor.name = name
-    tensor.data_type = dtype
-    tensor.dims.extend(dims)
-    tensor.raw_data = data
-    return tensor
 
 
 def _expand(values: np.ndarray, nb: int, n: int) -> np.ndarray:

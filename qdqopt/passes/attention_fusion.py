@@ -1,0 +1,647 @@
+"""AttentionFusion: a BERT or DistilBERT self-attention block becomes one com.microsoft Attention node
+(``attention_fusion.cc`` and ``attention_fusion_helper.h``, Level2, CPU EP)::
+
+    before (BERT)                                                     after
+    LN -> q/k/v MatMul(WxW) -> Add(W) -> Reshape(0,0,N,H) -> Transpose   LN, qkv_weights [W, 3W], qkv_bias [3W],
+    q,k -> MatMul -> Div(sqrt H) -> Add(mask) -> Softmax(axis 3)          mask (int32) -> Attention(num_heads,
+      -> MatMul(., v) -> Transpose(0,2,1,3) -> Reshape(0,0,W) -> ...      mask_filter_value) -> ...
+    mask -> Unsqueeze(1) -> Unsqueeze(2) [-> Cast] -> Sub(1, .) -> Mul(., c)     (mask int64/float: a Cast to int32)
+
+Rules (ORT 1.32):
+
+* every node in one topological snapshot, subgraphs first; a candidate is a LayerNormalization (ai.onnx 1 or 17) on
+  a compatible EP with 2 to 6 output edges and a bias input whose shape is ``[W]`` (known): ``W`` is the hidden
+  size. Its consumers must be 1 Add, 3 MatMuls and as many Shapes as edges beyond 4 (BERT or DistilBERT); a
+  candidate with 1 Reshape and 1 or 3 Shapes is ORT's GPT-2 form, which qdqopt does not implement (see
+  :meth:`AttentionFusion.unsupported`);
+* path v, from that Add up its input 0: Add (7, 13) <- MatMul (1, 9, 13) <- Reshape (5, 13) <- Transpose (1, 13)
+  <- qkv MatMul (input 1) <- v Transpose <- v Reshape <- v Add <- v MatMul <- the same LayerNormalization. The v
+  Add and v MatMul, the output Transpose, the qkv MatMul, the v Transpose and v Reshape have one output edge
+  each (and no graph output); the two Transposes have perm (0, 2, 1, 3); the v Reshape constant is
+  ``(0, 0 or -1, N, H)`` with ``0 < N <= W`` and ``N * H == W``; the output Reshape's is ``(0, 0, N*H or -1)``
+  (or, DistilBERT, a Concat of 3 inputs: an Unsqueeze, ``[-1]`` and ``[W]``); the projection MatMul's and the v
+  MatMul's input 1 are initializers of shape ``[W, W]``, the Adds' input 1 initializers of shape ``[W]``;
+* the mask (``MatchInputMaskSubgraph``): the qkv MatMul's input 0 is a Softmax (1, 11, 13; one output edge) whose
+  input 0 is an Add (7, 13) whose input 1 is a Mul (7, 13) whose input 0 is a Sub (7, 13) whose input 1 is a Cast
+  (9) of an Unsqueeze (1, 11) of an Unsqueeze (1, 11), or directly the Unsqueeze; the Add, Sub, Cast and
+  Unsqueezes have one output edge; the Softmax's ``axis`` is 3; the first Unsqueeze's ``axes`` [1], the second's
+  [2]; the Sub's input 0 the scalar 1.0; the Mul's input 1 a float scalar initializer, written as the Attention's
+  ``mask_filter_value`` (ORT 1.32 takes any value here, -10000 being only the usual one). In the opsets where the
+  Unsqueeze takes its axes as an input (13 on) this form never matches;
+* DistilBERT's mask: Softmax <- Where (9) <- Expand (8, 13) <- Reshape (1, 5, 13) <- Equal (1, 7, 11, 13), each
+  with one output edge; Where's X the scalar -inf, its Y the q.k MatMul, which also feeds the Expand's shape
+  through a Shape; Equal's B the scalar 0; the mask Reshape's shape a Concat of 4: Unsqueeze <- Gather(0) <- Shape
+  and Unsqueeze <- Gather(1) <- Shape, both Shapes of the LayerNormalization's output, the first Unsqueeze the one
+  the output Reshape's Concat reads, the middle inputs ``[1]`` and ``[1]``;
+* path q: BERT: the mask Add's input 0 is a Div (7, 13) of a MatMul (1, 9) output; DistilBERT: the Where's input 2
+  is a MatMul (1, 9, 13) of a Div (7, 13). From the q.k pivot: Transpose (0,2,1,3) <- Reshape ``(0, 0 or -1, N,
+  H)`` <- Add <- MatMul <- LayerNormalization-1 (17 is refused here), the Div's input 1 the scalar ``sqrt(H)``;
+  path k: the q.k MatMul's input 1: Transpose (0,2,3,1) <- Reshape (same constant rule) <- Add <- MatMul <- the
+  LayerNormalization; q/k MatMul and Add initializers as for v;
+* the q, k and v weights (and biases) are initializers of one type, float or float16; the mask input has rank 2
+  and type int64, int32 or float (else nothing is changed).
+
+Rewrite: an int64 or float mask gets a Cast to int32 (``GenerateNodeArgName(Mask_Int32)`` typed int32 with the
+mask's two dims, node ``GenerateNodeName(MaskCast)``, doc string "Cast mask from int64 to int32", the
+LayerNormalization's EP; one per mask input for the whole pass application); ``qkv_weights`` ``[W, 3W]`` (each
+row: q's row, k's row, v's row) and ``qkv_bias`` ``[3W]`` are added (``GenerateNodeArgName``, raw data); the node
+``GenerateNodeName(Attention)``, doc string "Fused Attention subgraphs ", inputs (LN output, weights, bias, mask),
+the output Reshape's output, attributes ``num_heads`` then ``mask_filter_value``, the LayerNormalization's EP.
+Removed: the output Reshape and Transpose, the qkv MatMul, the v Transpose, Reshape, Add and MatMul, the q.k
+MatMul and Div, the q and k Transposes, Reshapes, Adds and MatMuls, the Softmax and, BERT, the mask Add and, when
+the mask Mul has only this consumer left, the Mul, Sub, Cast and Unsqueezes (layers sharing a mask keep them
+until the last one); DistilBERT: the two Concats and what only they read (``RemoveNodesWithOneOutputBottomUp``),
+then the Where, Expand, mask Reshape, Equal and the Shape of q.k.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from qdqopt.events import Kind, NoMatch, emit, emit_no_match
+from qdqopt.graph import Graph, Node
+from qdqopt.passes.base import GraphTransformer, PassContext
+from qdqopt.passes.graph_utils import (
+    EdgeToMatch,
+    append_tensor_from_initializer,
+    check_output_edges,
+    constant_initializer,
+    find_path,
+    input_node,
+    is_initializer,
+    is_supported_op,
+    output_edge_count,
+    output_nodes,
+    remove_nodes_with_one_output_bottom_up,
+)
+from qdqopt.passes.qdq_util import is_initializer_with_expected_value, is_scalar_arg
+
+__all__ = ["AttentionFusion"]
+
+_TP = onnx.TensorProto
+MS_DOMAIN = "com.microsoft"
+_LN = (1, 17)
+_ADD = (7, 13)
+_MATMUL = (1, 9, 13)
+_RESHAPE = (5, 13)
+_TRANSPOSE = (1, 13)
+_SOFTMAX = (1, 11, 13)
+_SHAPE = (1, 13)
+_UNSQ = (1, 11, 13)
+_CONCAT = (4, 11, 13)
+_GATHER = (1, 11, 13)
+
+#: path v: from the Add after the LayerNormalization up to it
+PARENT_PATH = (
+    EdgeToMatch(0, 0, "Add", _ADD),
+    EdgeToMatch(0, 0, "MatMul", _MATMUL),
+    EdgeToMatch(0, 0, "Reshape", _RESHAPE),
+    EdgeToMatch(0, 0, "Transpose", _TRANSPOSE),
+    EdgeToMatch(0, 0, "MatMul", _MATMUL),
+    EdgeToMatch(0, 1, "Transpose", _TRANSPOSE),
+    EdgeToMatch(0, 0, "Reshape", _RESHAPE),
+    EdgeToMatch(0, 0, "Add", _ADD),
+    EdgeToMatch(0, 0, "MatMul", _MATMUL),
+    EdgeToMatch(0, 0, "LayerNormalization", _LN),
+)
+Q_PATH = (
+    EdgeToMatch(0, 0, "Transpose", _TRANSPOSE),
+    EdgeToMatch(0, 0, "Reshape", _RESHAPE),
+    EdgeToMatch(0, 0, "Add", _ADD),
+    EdgeToMatch(0, 0, "MatMul", _MATMUL),
+    EdgeToMatch(0, 0, "LayerNormalization", (1,)),
+)
+K_PATH = (
+    EdgeToMatch(0, 1, "Transpose", _TRANSPOSE),
+    EdgeToMatch(0, 0, "Reshape", _RESHAPE),
+    EdgeToMatch(0, 0, "Add", _ADD),
+    EdgeToMatch(0, 0, "MatMul", _MATMUL),
+    EdgeToMatch(0, 0, "LayerNormalization", _LN),
+)
+#: BERT: the mask Add's input 0 back to the q.k MatMul; DistilBERT: the Where's input 2 back to the q Div
+BERT_QK_PATH = (EdgeToMatch(0, 0, "Div", (7, 13)), EdgeToMatch(0, 0, "MatMul", (1, 9)))
+DISTIL_QK_PATH = (EdgeToMatch(0, 2, "MatMul", _MATMUL), EdgeToMatch(0, 0, "Div", (7, 13)))
+MASK_PATH = (
+    EdgeToMatch(0, 0, "Add", _ADD),
+    EdgeToMatch(0, 1, "Mul", (7, 13)),
+    EdgeToMatch(0, 0, "Sub", (7, 13)),
+)
+MASK_FORMAT_1 = (
+    EdgeToMatch(0, 1, "Cast", (9,)),
+    EdgeToMatch(0, 0, "Unsqueeze", (1, 11)),
+    EdgeToMatch(0, 0, "Unsqueeze", (1, 11)),
+)
+MASK_FORMAT_2 = (EdgeToMatch(0, 1, "Unsqueeze", (1, 11)), EdgeToMatch(0, 0, "Unsqueeze", (1, 11)))
+DISTIL_MASK_PATH = (
+    EdgeToMatch(0, 0, "Softmax", _SOFTMAX),
+    EdgeToMatch(0, 0, "Where", (9,)),
+    EdgeToMatch(0, 0, "Expand", (8, 13)),
+    EdgeToMatch(0, 0, "Reshape", (1, 5, 13)),
+    EdgeToMatch(0, 0, "Equal", (1, 7, 11, 13)),
+)
+
+
+@dataclass
+class MaskNodes:
+    """``AttentionMaskNodes`` (BERT) or ``AttentionMaskNodesDistilBert``: the nodes of the mask subgraph."""
+
+    softmax: Node
+    mask_input: str
+    mask_filter_value: float
+    remove_always: list[Node] = field(default_factory=list)  # gone with every fusion
+    mul: Node | None = None  # BERT: the shared part goes when the Mul has one consumer left
+    shared: list[Node] = field(default_factory=list)
+    distil_reshape: Node | None = None  # DistilBERT: the mask Reshape (its Concat goes bottom up)
+
+
+def _perm_is(node: Node, perm: tuple[int, ...]) -> bool:
+    return node.attr_ints("perm") == list(perm)
+
+
+def _validate_shape(graph: Graph, name: str, dims: list[int]) -> bool:
+    """``optimizer_utils::ValidateShape``: the NodeArg's shape is exactly ``dims`` (known values)."""
+    return graph.shape(name) == dims
+
+
+def _matmul_weight_ok(graph: Graph, matmul: Node, hidden: int) -> bool:
+    """``ValidateMatMulInitializer``: input 1 an initializer of shape ``[W, W]``."""
+    name = matmul.inputs[1]
+    return is_initializer(graph, name) and _validate_shape(graph, name, [hidden, hidden])
+
+
+def _bias_ok(graph: Graph, add: Node, hidden: int) -> bool:
+    """``ValidateAddBiasInitializer``: input 1 an initializer of shape ``[W]``."""
+    name = add.inputs[1]
+    return is_initializer(graph, name) and _validate_shape(graph, name, [hidden])
+
+
+def _int_value_is(graph: Graph, name: str, expected: int) -> bool:
+    """``IsInitializerWithExpectedValue(int64_t, is_constant=true)``: a scalar int32/int64 constant equal to it."""
+    if not name or not is_scalar_arg(graph, name) or constant_initializer(graph, name) is None:
+        return False
+    tensor = graph.constant_initializer(name)
+    if tensor is None or tensor.data_type not in (_TP.INT64, _TP.INT32):
+        return False
+    array = graph.constant_array(name)
+    return array is not None and int(array.reshape(-1)[0]) == expected
+
+
+def _float_scalar(graph: Graph, name: str) -> float | None:
+    """The value of a float scalar initializer (the mask Mul's constant), or None."""
+    if not name or not is_scalar_arg(graph, name):
+        return None
+    tensor = graph.initializer(name)
+    if tensor is None or tensor.data_type != _TP.FLOAT:
+        return None
+    return float(np.float32(graph.array(name).reshape(-1)[0]))
+
+
+def _reshape_constant(graph: Graph, node: Node) -> list[int] | None:
+    data: list[int] = []
+    return data if append_tensor_from_initializer(graph, node.inputs[1], data) else None
+
+
+def _graphs(graph: Graph) -> list[Graph]:
+    """The graph and its subgraphs, nested ones included."""
+    found = [graph]
+    for _, _, sub in graph.subgraphs():
+        found += _graphs(sub)
+    return found
+
+
+class AttentionFusion(GraphTransformer):
+    """Fuse a BERT / DistilBERT self-attention block hanging off a LayerNormalization into Attention."""
+
+    name = "AttentionFusion"
+    compatible_eps = ("CPUExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider")
+
+    def unsupported(self, graph: Graph, ctx: PassContext) -> str | None:
+        """ORT's GPT-2 form (``FuseGptAttention``: the LayerNormalization feeds one Reshape and 1 or 3 Shapes) and
+        its MobileCLIP form (``TryFuseMobileClipMHA``: a MatMul -> Reshape -> Split into 3) are not implemented."""
+        for g in _graphs(graph):
+            for node in g.nodes():
+                if is_supported_op(node, "LayerNormalization", _LN):
+                    kinds = [c.op_type for c in output_nodes(g, node)]
+                    reshapes, shapes = kinds.count("Reshape"), kinds.count("Shape")
+                    if reshapes == 1 and shapes in (1, 3) and reshapes + shapes == len(kinds):
+                        return "a GPT-2 attention candidate (FuseGptAttention is not implemented)"
+                if is_supported_op(node, "Split", (13, 18)) and len(node.outputs) == 3:
+                    parent = input_node(g, node, 0)
+                    if parent is not None and parent.op_type == "Reshape":
+                        grand = input_node(g, parent, 0)
+                        if grand is not None and grand.op_type == "MatMul":
+                            return "a MobileCLIP attention candidate (TryFuseMobileClipMHA is not implemented)"
+        return None
+
+    def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
+        mask_int32: dict[str, str] = {}  # mask input -> its int32 version, for this application
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._visit(graph, node, mask_int32))
+
+    def _visit(self, graph: Graph, node: Node, mask_int32: dict[str, str]) -> bool:
+        edges = output_edge_count(graph, node)
+        if not 2 <= edges <= 6 or not is_supported_op(node, "LayerNormalization", _LN):
+            return False
+        if not self.node_is_compatible(node) or len(node.inputs) <= 2 or not node.inputs[2]:
+            return False
+        bias_shape = graph.shape(node.inputs[2])
+        if bias_shape is None or len(bias_shape) != 1 or not isinstance(bias_shape[0], int):
+            emit_no_match(NoMatch("shape of layer norm bias tensor not expected"), node.name)
+            return False
+        hidden = bias_shape[0]
+        children = output_nodes(graph, node)
+        kinds = [c.op_type for c in children]
+        if not (kinds.count("Add") == 1 and kinds.count("MatMul") == 3 and kinds.count("Shape") == edges - 4):
+            return False
+        add = next(c for c in children if c.op_type == "Add")
+        found = self._fuse_subgraph(graph, node, add, hidden, mask_int32)
+        if isinstance(found, NoMatch):
+            emit_no_match(found, node.name)
+            return False
+        emit(Kind.FUSED, f"attention block fused into com.microsoft.Attention {found!r}", (node.name, found))
+        return True
+
+    # ------------------------------------------------------------------------------------------------ matching
+    def _fuse_subgraph(
+        self, graph: Graph, ln: Node, add_after_ln: Node, hidden: int, mask_int32: dict[str, str]
+    ) -> str | NoMatch:
+        """``FuseSubGraph``: the new Attention node's name, or why not."""
+        path = find_path(graph, add_after_ln, True, PARENT_PATH)
+        if path is None:
+            return NoMatch("Faild to find path v", (add_after_ln.name,))
+        add, matmul, reshape, transpose, qkv_matmul, v_transpose, v_reshape, v_add, v_matmul, v_root = path
+        if v_root.index != ln.index:
+            return NoMatch("the v path does not start at this LayerNormalization", (v_root.name,))
+        if not check_output_edges(graph, v_add, 1) or not check_output_edges(graph, v_matmul, 1):
+            return NoMatch("Output edge count not expected for Add or MatMul in path v", (v_add.name, v_matmul.name))
+        checked = self._check_path_v(graph, reshape, transpose, qkv_matmul, v_transpose, v_reshape, hidden)
+        if isinstance(checked, NoMatch):
+            return checked
+        num_heads, head_size, record_unsqueeze = checked
+        if not (
+            _bias_ok(graph, add, hidden)
+            and _matmul_weight_ok(graph, matmul, hidden)
+            and _bias_ok(graph, v_add, hidden)
+            and _matmul_weight_ok(graph, v_matmul, hidden)
+        ):
+            return NoMatch("Failed in match v_matmul and v_add input shape", (matmul.name, v_matmul.name))
+        parent_nodes = [reshape, transpose, qkv_matmul, v_transpose, v_reshape, v_add, v_matmul]
+        mask = self._match_input_mask(graph, qkv_matmul)
+        distil = False
+        if isinstance(mask, NoMatch):
+            distil_mask = self._match_distil_mask(graph, ln, qkv_matmul, record_unsqueeze)
+            if isinstance(distil_mask, NoMatch):
+                return NoMatch("Failed in match input mask subgraph", (), (mask.reason, distil_mask.reason))
+            mask, distil = distil_mask, True
+        # BERT: from the mask Add (Div, then MatMul); DistilBERT: from the Where (MatMul, then Div)
+        pivot = find_path(graph, mask.remove_always[1], True, DISTIL_QK_PATH if distil else BERT_QK_PATH)
+        if pivot is None:
+            return NoMatch("Failed to find path for q")
+        qk_div = pivot[0] if pivot[0].op_type == "Div" else pivot[1]
+        qk_matmul = pivot[1] if pivot[1].op_type == "MatMul" else pivot[0]
+        return self._fuse_qk(
+            graph,
+            ln,
+            mask,
+            parent_nodes,
+            pivot[-1],
+            qk_matmul,
+            qk_div,
+            hidden,
+            num_heads,
+            head_size,
+            mask_int32,
+            distil,
+        )
+
+    def _check_path_v(
+        self,
+        graph: Graph,
+        reshape: Node,
+        transpose: Node,
+        qkv_matmul: Node,
+        v_transpose: Node,
+        v_reshape: Node,
+        hidden: int,
+    ) -> tuple[int, int, int | None] | NoMatch:
+        """``CheckNodesInPathV``: (num_heads, head_size, the DistilBERT Unsqueeze's index or None)."""
+        if not all(check_output_edges(graph, n, 1) for n in (transpose, qkv_matmul, v_transpose, v_reshape)):
+            return NoMatch("Output edge count not expected for nodes in path v")
+        if not _perm_is(transpose, (0, 2, 1, 3)):
+            return NoMatch("Failed in match Transpose attribute perm. Expected: 0, 2, 1, 3", (transpose.name,))
+        if not _perm_is(v_transpose, (0, 2, 1, 3)):
+            return NoMatch("Failed in match v_transpose attribute perm. Expected: 0, 2, 1, 3", (v_transpose.name,))
+        v_shape = _reshape_constant(graph, v_reshape)
+        if (
+            v_shape is None
+            or len(v_shape) != 4
+            or v_shape[0] != 0
+            or v_shape[1] not in (0, -1)
+            or v_shape[2] <= 0
+            or v_shape[2] > hidden
+            or v_shape[2] * v_shape[3] != hidden
+        ):
+            return NoMatch("v_reshape initializer value is not expected", (v_reshape.name,))
+        num_heads, head_size = v_shape[2], v_shape[3]
+        out_shape = _reshape_constant(graph, reshape)
+        if out_shape is None:
+            record = self._distil_reshape_shape(graph, reshape, hidden)
+            if record is None:
+                return NoMatch("reshape initializer value is not expected", (reshape.name,))
+            return num_heads, head_size, record
+        if len(out_shape) != 3 or out_shape[0] != 0 or out_shape[1] != 0 or out_shape[2] not in (hidden, -1):
+            return NoMatch("reshape initializer value is not expected", (reshape.name,))
+        return num_heads, head_size, None
+
+    def _distil_reshape_shape(self, graph: Graph, reshape: Node, hidden: int) -> int | None:
+        """``CheckDistilBertReshapeShape``: the index of the Unsqueeze the Concat reads first, or None."""
+        concat = input_node(graph, reshape, 1)
+        if concat is None or concat.op_type != "Concat" or len(concat.inputs) != 3:
+            return None
+        path = find_path(
+            graph, reshape, True, (EdgeToMatch(0, 1, "Concat", _CONCAT), EdgeToMatch(0, 0, "Unsqueeze", _UNSQ))
+        )
+        if path is None:
+            return None
+        minus1: list[int] = []
+        width: list[int] = []
+        if not append_tensor_from_initializer(graph, concat.inputs[1], minus1) or minus1 != [-1]:
+            return None
+        if not append_tensor_from_initializer(graph, concat.inputs[2], width) or width != [hidden]:
+            return None
+        return path[1].index
+
+    def _match_input_mask(self, graph: Graph, qkv_matmul: Node) -> MaskNodes | NoMatch:
+        """``MatchInputMaskSubgraph`` (BERT's Unsqueeze -> Unsqueeze -> [Cast] -> Sub -> Mul -> Add -> Softmax)."""
+        found = find_path(graph, qkv_matmul, True, (EdgeToMatch(0, 0, "Softmax", _SOFTMAX),))
+        if found is None:
+            return NoMatch("Failed to find Softmax node")
+        softmax = found[0]
+        if not check_output_edges(graph, softmax, 1):
+            return NoMatch("Output edge count not expected for Softmax", (softmax.name,))
+        path = find_path(graph, softmax, True, MASK_PATH)
+        if path is None:
+            return NoMatch("Failed to find path for mask", (softmax.name,))
+        mask_add, mask_mul, mask_sub = path
+        cast: Node | None = None
+        fmt = find_path(graph, mask_sub, True, MASK_FORMAT_1)
+        if fmt is not None:
+            cast, unsq2, unsq1 = fmt
+        else:
+            fmt = find_path(graph, mask_sub, True, MASK_FORMAT_2)
+            if fmt is None:
+                return NoMatch("Failed to find path for mask", (mask_sub.name,))
+            unsq2, unsq1 = fmt
+        for n in (softmax, mask_add, mask_sub, cast, unsq2, unsq1):
+            if n is not None and not check_output_edges(graph, n, 1):
+                return NoMatch("Output edge count not expected for mask nodes", (n.name,))
+        if softmax.attr_int("axis") != 3:
+            return NoMatch("Softmax attribute axis is expected to be 3", (softmax.name,))
+        if unsq1.attr_ints("axes") != [1]:
+            return NoMatch("mask_unsqueeze_1 axes not matched. Expect: 1", (unsq1.name,))
+        if unsq2.attr_ints("axes") != [2]:
+            return NoMatch("mask_unsqueeze_2 axes not matched. Expect: 2", (unsq2.name,))
+        if not is_initializer_with_expected_value(graph, mask_sub.inputs[0], 1.0, is_constant=False):
+            return NoMatch("mask_sub const input not matched", (mask_sub.name,))
+        value = _float_scalar(graph, mask_mul.inputs[1])
+        if value is None:
+            return NoMatch("mask_mul const input not matched", (mask_mul.name,))
+        shared = [mask_mul, mask_sub, *([cast] if cast is not None else []), unsq2, unsq1]
+        return MaskNodes(softmax, unsq1.inputs[0], value, [softmax, mask_add], mask_mul, shared)
+
+    def _match_distil_mask(
+        self, graph: Graph, ln: Node, qkv_matmul: Node, record_unsqueeze: int | None
+    ) -> MaskNodes | NoMatch:
+        """``MatchInputMaskSubgraph`` for DistilBERT (Equal -> Reshape -> Expand -> Where -> Softmax)."""
+        path = find_path(graph, qkv_matmul, True, DISTIL_MASK_PATH)
+        if path is None:
+            return NoMatch("Failed to find mask path")
+        softmax, where, expand, reshape, equal = path
+        if not all(check_output_edges(graph, n, 1) for n in path):
+            return NoMatch("Output edge count not expected for mask nodes")
+        if softmax.attr_int("axis") != 3:
+            return NoMatch("Softmax attribute axis is expected to be 3", (softmax.name,))
+        if not is_initializer_with_expected_value(graph, where.inputs[1], float("-inf"), is_constant=True):
+            return NoMatch("where const not matched.", (where.name,))
+        shape_path = find_path(
+            graph, expand, True, (EdgeToMatch(0, 1, "Shape", _SHAPE), EdgeToMatch(0, 0, "MatMul", _MATMUL))
+        )
+        if shape_path is None:
+            return NoMatch("Failed to find shape path", (expand.name,))
+        shape, qk_matmul = shape_path
+        y = input_node(graph, where, 2)
+        if y is None or y.index != qk_matmul.index:
+            return NoMatch("the Where's input 2 is not the MatMul the Expand's Shape reads", (where.name,))
+        if not is_initializer_with_expected_value(graph, equal.inputs[1], 0.0, is_constant=True):
+            return NoMatch("equal const not matched.", (equal.name,))
+        path1 = find_path(
+            graph,
+            reshape,
+            True,
+            (
+                EdgeToMatch(0, 1, "Concat", _CONCAT),
+                EdgeToMatch(0, 0, "Unsqueeze", _UNSQ),
+                EdgeToMatch(0, 0, "Gather", _GATHER),
+                EdgeToMatch(0, 0, "Shape", _SHAPE),
+            ),
+        )
+        if path1 is None:
+            return NoMatch("Failed to find reshape shape path 1", (reshape.name,))
+        concat, unsq1, gather1, shape1 = path1
+        if unsq1.index != record_unsqueeze:
+            return NoMatch("the mask Concat's Unsqueeze is not the output Reshape's", (unsq1.name,))
+        path2 = find_path(
+            graph,
+            concat,
+            True,
+            (
+                EdgeToMatch(0, 3, "Unsqueeze", _UNSQ),
+                EdgeToMatch(0, 0, "Gather", _GATHER),
+                EdgeToMatch(0, 0, "Shape", _SHAPE),
+            ),
+        )
+        if path2 is None:
+            return NoMatch("Failed to find reshape shape path 2", (concat.name,))
+        _, gather2, shape2 = path2
+        if not _int_value_is(graph, gather1.inputs[1], 0) or not _int_value_is(graph, gather2.inputs[1], 1):
+            return NoMatch("gather indices not matched.", (gather1.name, gather2.name))
+        if len(shape1.inputs) != 1 or len(shape2.inputs) != 1 or shape1.inputs[0] != shape2.inputs[0]:
+            return NoMatch("the two Shapes do not read one value", (shape1.name, shape2.name))
+        if shape1.inputs[0] != ln.outputs[0]:
+            return NoMatch("the Shapes do not read the LayerNormalization's output", (shape1.name,))
+        if len(concat.inputs) != 4:
+            return NoMatch("the mask Concat does not have 4 inputs", (concat.name,))
+        for i in (1, 2):
+            data: list[int] = []
+            if not append_tensor_from_initializer(graph, concat.inputs[i], data) or data != [1]:
+                return NoMatch("the mask Concat's middle inputs are not [1], [1]", (concat.name,))
+        value = _float_scalar(graph, where.inputs[1])
+        return MaskNodes(
+            softmax,
+            equal.inputs[0],
+            value if value is not None else float("-inf"),
+            [softmax, where, expand, reshape, equal, shape],
+            distil_reshape=reshape,
+        )
+
+    def _fuse_qk(
+        self,
+        graph: Graph,
+        ln: Node,
+        mask: MaskNodes,
+        parent_nodes: list[Node],
+        q_start: Node,
+        qk_matmul: Node,
+        qk_div: Node,
+        hidden: int,
+        num_heads: int,
+        head_size: int,
+        mask_int32: dict[str, str],
+        distil: bool,
+    ) -> str | NoMatch:
+        """``FuseSubGraphQKImpl`` and the rewrite."""
+        q = find_path(graph, q_start, True, Q_PATH)
+        if q is None:
+            return NoMatch("Failed to find path for q", (q_start.name,))
+        q_transpose, q_reshape, q_add, q_matmul, q_root = q
+        if q_root.index != ln.index:
+            return NoMatch("q root should be layer normalization", (q_root.name,))
+        checked = self._check_qk_reshape(graph, q_reshape, num_heads, head_size, "q_reshape const not matched")
+        if checked is not None:
+            return checked
+        if not is_initializer_with_expected_value(graph, qk_div.inputs[1], math.sqrt(head_size), is_constant=False):
+            return NoMatch("qk_div const not matched.", (qk_div.name,))
+        if not _perm_is(q_transpose, (0, 2, 1, 3)):
+            return NoMatch("q_transpose perm attribute not matched", (q_transpose.name,))
+        if not (_bias_ok(graph, q_add, hidden) and _matmul_weight_ok(graph, q_matmul, hidden)):
+            return NoMatch("q_matmul and q_add shape not matched", (q_matmul.name, q_add.name))
+        k = find_path(graph, qk_matmul, True, K_PATH)
+        if k is None:
+            return NoMatch("Failed to find path for k", (qk_matmul.name,))
+        k_transpose, k_reshape, k_add, k_matmul, k_root = k
+        if k_root.index != ln.index:
+            return NoMatch("k root is not layer norm", (k_root.name,))
+        if not _perm_is(k_transpose, (0, 2, 3, 1)):
+            return NoMatch("k_transpose perm attribute not matched", (k_transpose.name,))
+        checked = self._check_qk_reshape(graph, k_reshape, num_heads, head_size, "k_reshape const not matched")
+        if checked is not None:
+            return checked
+        if not (_bias_ok(graph, k_add, hidden) and _matmul_weight_ok(graph, k_matmul, hidden)):
+            return NoMatch("k_matmul and k_add shape not matched", (k_matmul.name, k_add.name))
+        v_add, v_matmul = parent_nodes[5], parent_nodes[6]
+        weights = self._load_qkv(graph, (q_matmul, k_matmul, v_matmul))
+        if weights is None:
+            return NoMatch("Failed to load Q, K and V weights, or data type is not float or float16.")
+        biases = self._load_qkv(graph, (q_add, k_add, v_add))
+        if biases is None:
+            return NoMatch("Failed to load Q, K and V bias tensors, or data type is not float or float16.")
+        mask_arg = self._mask_int32(graph, mask.mask_input, mask_int32, ln.ep)
+        if mask_arg is None:
+            return NoMatch("Failed to convert mask to int32", (mask.softmax.name,))
+        qkv_weights = self._add_merged(graph, "qkv_weights", np.concatenate(weights, axis=1))
+        qkv_bias = self._add_merged(graph, "qkv_bias", np.concatenate(biases))
+        reshape = parent_nodes[0]
+        output = reshape.outputs[0]
+        name = graph.generate_node_name("Attention")
+        remove = [*parent_nodes, qk_matmul, qk_div, q_transpose, q_reshape, q_add, q_matmul]
+        remove += [k_transpose, k_reshape, k_add, k_matmul]
+        if distil:
+            concat_1 = input_node(graph, reshape, 1)
+            assert mask.distil_reshape is not None
+            concat_2 = input_node(graph, mask.distil_reshape, 1)
+            if concat_1 is None or concat_2 is None:  # ORT returns false here with the graph already changed
+                return NoMatch("the Reshapes' Concats are gone")
+            remove_nodes_with_one_output_bottom_up(graph, concat_1)
+            remove_nodes_with_one_output_bottom_up(graph, concat_2)
+            remove += mask.remove_always
+        else:
+            remove += mask.remove_always
+            if mask.mul is not None and check_output_edges(graph, mask.mul, 1):
+                remove += mask.shared
+        for node in remove:
+            if graph.node(node.index) is not None:
+                graph.remove_node(node)
+        graph.add_node(
+            name,
+            "Attention",
+            [ln.outputs[0], qkv_weights, qkv_bias, mask_arg],
+            [output],
+            domain=MS_DOMAIN,
+            attributes={
+                "num_heads": onnx.helper.make_attribute("num_heads", num_heads),
+                "mask_filter_value": onnx.helper.make_attribute("mask_filter_value", mask.mask_filter_value),
+            },
+            doc_string="Fused Attention subgraphs ",
+            ep=ln.ep,
+        )
+        return name
+
+    @staticmethod
+    def _check_qk_reshape(graph: Graph, reshape: Node, num_heads: int, head_size: int, reason: str) -> NoMatch | None:
+        """``CheckNodesInPathQ`` / ``CheckNodesInPathK``: the Reshape constant is ``(0, 0 or -1, N, H)``."""
+        shape = _reshape_constant(graph, reshape)
+        if (
+            shape is None
+            or len(shape) != 4
+            or shape[0] != 0
+            or shape[1] not in (0, -1)
+            or shape[2] != num_heads
+            or shape[3] != head_size
+        ):
+            return NoMatch(reason, (reshape.name,))
+        return None
+
+    @staticmethod
+    def _load_qkv(graph: Graph, nodes: tuple[Node, Node, Node]) -> list[np.ndarray] | None:
+        """``LoadQkvWeights``: the three input-1 initializers, of one type, float or float16."""
+        arrays: list[np.ndarray] = []
+        data_type: int | None = None
+        for node in nodes:
+            tensor = graph.initializer(node.inputs[1])
+            if tensor is None:
+                return None
+            if data_type is None:
+                if tensor.data_type not in (_TP.FLOAT, _TP.FLOAT16):
+                    return None
+                data_type = tensor.data_type
+            elif tensor.data_type != data_type:
+                return None
+            arrays.append(graph.array(node.inputs[1]))
+        return arrays
+
+    @staticmethod
+    def _add_merged(graph: Graph, base: str, array: np.ndarray) -> str:
+        name = graph.generate_value_name(base)
+        graph.add_initializer(onnx.numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    @staticmethod
+    def _mask_int32(graph: Graph, mask: str, cache: dict[str, str], ep: str) -> str | None:
+        """``ConvertMaskToInt32``: the mask as it is (int32) or through a new Cast to int32 (int64, float); None for
+        a mask of unknown or other rank or another type. One Cast per mask input and pass application."""
+        if mask in cache:
+            return cache[mask]
+        shape = graph.shape(mask, as_written=True)
+        elem = graph.elem_type(mask)
+        if shape is None or len(shape) != 2 or elem is None:
+            return None
+        if elem not in (_TP.INT64, _TP.INT32, _TP.FLOAT):
+            return None
+        out = mask
+        if elem != _TP.INT32:
+            out = graph.generate_value_name("Mask_Int32")
+            graph.set_value_type(out, onnx.helper.make_tensor_type_proto(_TP.INT32, list(shape)))
+            graph.add_node(
+                graph.generate_node_name("MaskCast"),
+                "Cast",
+                [mask],
+                [out],
+                attributes={"to": onnx.helper.make_attribute("to", _TP.INT32)},
+                doc_string="Cast mask from int64 to int32",
+                ep=ep,
+            )
+        cache[mask] = out
+        return out
