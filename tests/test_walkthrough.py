@@ -1,6 +1,6 @@
 """docs/walkthrough.md: every command and snippet it shows is run here, its shown output checked (each line shown is
-in the real output, in order; ``...`` marks lines left out, or the end of a line; a snippet's output exactly), and the claim next to it
-checked against the model or ORT. A command added to the page without a claim here fails
+in the real output, in order; ``...`` marks lines left out, or the end of a line; a snippet's output exactly), and
+the claim next to it checked against the model or ORT. A command added to the page without a claim here fails
 ``test_every_command_is_checked``."""
 
 from __future__ import annotations
