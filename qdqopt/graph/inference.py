@@ -345,10 +345,12 @@ def infer_types(graph: Graph) -> None:
             model.opset_import.append(onnx.helper.make_opsetid(domain, version))
         model.functions.extend(local_functions(graph).values())  # calls of them are typed through their bodies
         model.graph.CopyFrom(_resolve_graph(graph))
+        declared = _all_dim_params(model.graph)
         try:
             inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
         except Exception:  # onnx gave up on the whole model: keep what the schemas can tell
             inferred = model
+        _clear_all_invented_dims(inferred.graph, declared)
         _store(graph, inferred.graph)
         if not _propagate_by_schema(graph):
             return
@@ -367,7 +369,10 @@ def _resolve_graph(graph: Graph) -> onnx.GraphProto:
     for name in graph.initializer_names():
         tensor = graph.initializer(name)
         if tensor is not None and name not in declared:
-            gp.value_info.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
+            if _data_given(graph, name, tensor):
+                gp.initializer.append(tensor)
+            else:
+                gp.value_info.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
             declared.add(name)
     order = graph.topological_order()
     for node in order:
@@ -390,6 +395,36 @@ def _resolve_graph(graph: Graph) -> onnx.GraphProto:
                 proto.attribute.append(onnx.helper.make_attribute(attr_name, _resolve_graph(sub)))
         gp.node.append(proto)
     return gp
+
+
+def _all_dim_params(gp: onnx.GraphProto) -> set[str]:
+    """The dim_params ``gp`` and its subgraphs name before inference."""
+    names = _dim_params(gp)
+    for node in gp.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                names |= _all_dim_params(attr.g)
+    return names
+
+
+def _clear_all_invented_dims(gp: onnx.GraphProto, declared: set[str]) -> None:
+    """:func:`_clear_invented_dims` in ``gp`` and its subgraphs: a dim ORT's Resolve cannot infer stays unnamed (no
+    ``unk__<n>`` a later comparison of dim_params could find equal)."""
+    _clear_invented_dims(gp, declared)
+    for node in gp.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _clear_all_invented_dims(attr.g, declared)
+
+
+def _data_given(graph: Graph, name: str, tensor: onnx.TensorProto) -> bool:
+    """Whether Resolve's inference functions see ``name``'s data (``InferenceContextImpl::getInputData``: a constant
+    initializer's, e.g. the shape of a Reshape whose Concat ReshapeFusion folded), as far as inference can use it."""
+    return (
+        tensor.data_location != onnx.TensorProto.EXTERNAL
+        and graph.is_constant_initializer(name)
+        and _shape_relevant(tensor)
+    )
 
 
 def _store(graph: Graph, inferred: onnx.GraphProto) -> None:
