@@ -349,6 +349,9 @@ class Graph:
         self._pinned: dict[str, onnx.TypeProto] = {}
         # the types values had when a pass removed or replaced their producer (see :meth:`keep_value_type`)
         self._kept: dict[str, onnx.TypeProto] = {}
+        # the types saved values (value_info) had at the last Resolve before a pass removed their producer (see
+        # :meth:`died_types`)
+        self._died: dict[str, onnx.TypeProto] = {}
         #: how many times ``resolve`` ran on this graph (a pass that changed the model is followed by one)
         self.resolves = 0
         # value -> ``resolves`` when a pass last gave the value a producer (what decides how ORT's lenient
@@ -358,6 +361,10 @@ class Graph:
         # pass began), and whether it had the types inferred again (``View.PASS``/``View.FILLED``)
         self._pass_new: set[str] | None = None
         self._pass_refreshed = False
+        # ... and whether that inference ran before the application removed or rewired a node (its types are then
+        # the last Resolve's), and whether it did so yet
+        self._pass_refreshed_clean = False
+        self._pass_rewired = False
         # ``View.DATA``: the types the last inference with data gave this graph's values (None: none ran), the
         # structure it ran on (kept by the main graph), and the types inferred node by node since, by value and
         # producer index
@@ -403,6 +410,7 @@ class Graph:
         new._types = dict(self._types)
         new._pinned = dict(self._pinned)
         new._kept = dict(self._kept)
+        new._died = dict(self._died)
         new._produced_at = dict(self._produced_at)
         new._pass_new = None if self._pass_new is None else set(self._pass_new)
         new._data_types = None if self._data_types is None else dict(self._data_types)
@@ -528,6 +536,7 @@ class Graph:
 
     def remove_node(self, node: Node) -> None:
         """``Graph::RemoveNode``: the node and all its edges go; its output values stay known (ORT keeps NodeArgs)."""
+        self._record_died(node)
         for slot, value in enumerate(node.outputs):
             if value and self._producer.get(value) == (node.index, slot):
                 del self._producer[value]
@@ -599,6 +608,8 @@ class Graph:
         self.modified = True
 
     def _note(self, kind: str, node: Node) -> None:
+        if kind != "+":
+            self._pass_rewired = True
         root = self
         while root.parent is not None:
             root = root.parent
@@ -756,6 +767,38 @@ class Graph:
         copied.CopyFrom(type_proto)
         self._kept[name] = copied
 
+    def _record_died(self, node: Node) -> None:
+        """Keep the type a saved value (value_info) had at the last Resolve before its producer goes.
+
+        ORT's NodeArg keeps the type the Resolves gave it while a node produced it, which can know more than the
+        load-time inference (a Reshape whose shape ReshapeFusion made constant, say); it is never inferred again.
+        The types the pass application sees (``View.PASS``, inferred again here once per application when the
+        value's shape is incomplete) stand for that Resolve's."""
+        saved = [v for v in node.outputs if v and v in self.value_info_names and self._producer.get(v) is not None]
+        if not saved or self._pass_new is None:
+            return
+        if not self._pass_refreshed and not self._pass_rewired:
+            if all(_complete(self._types.get(v)) for v in saved):
+                return
+            self._refresh_pass_types()
+        if self._pass_refreshed and not self._pass_refreshed_clean:  # inferred after this application's rewrites
+            return
+        for value in saved:
+            found = self._types.get(value)
+            if found is not None and value not in self._pass_new:
+                self._died[value] = found
+
+    def _refresh_pass_types(self) -> None:
+        """Infer the types ``View.PASS`` reads again (once per pass application)."""
+        self._pass_refreshed = True
+        self._pass_refreshed_clean = not self._pass_rewired
+        inference.infer_types(inference.root_of(self))
+
+    def died_types(self) -> dict[str, onnx.TypeProto]:
+        """The types saved values had when their producer was removed, for those no node produces now: the saver
+        fills what the load-time types leave unknown with them (as a Resolve merges an inferred type)."""
+        return {n: t for n, t in self._died.items() if n not in self._producer}
+
     def pinned_types(self) -> dict[str, onnx.TypeProto]:
         """The types the saver must start from for this graph's values, by name: those passes pinned
         (:meth:`pin_value_type`), and those kept (:meth:`keep_value_type`) for values no node produces now."""
@@ -769,6 +812,8 @@ class Graph:
         :class:`~qdqopt.passes.base.GraphTransformer` calls it before ``unsupported`` and each ``apply_impl``."""
         self._pass_new = set()
         self._pass_refreshed = False
+        self._pass_refreshed_clean = False
+        self._pass_rewired = False
 
     def shape(self, value: str, *, view: View = View.PASS, as_written: bool = False) -> ShapeDims | None:
         """``NodeArg::Shape()``: the value's dims (see :data:`ShapeDims`), or None when its shape is unknown.
@@ -829,8 +874,7 @@ class Graph:
         shapeless = found is not None and found.HasField("tensor_type") and not found.tensor_type.HasField("shape")
         if (found is None or shapeless) and not self._pass_refreshed:
             # a value a pass typed without a shape (InsertCast's Casts) has the shape the last Resolve inferred
-            self._pass_refreshed = True
-            inference.infer_types(inference.root_of(self))
+            self._refresh_pass_types()
             found = self.value_type(value)
         return found
 
@@ -850,8 +894,7 @@ class Graph:
         if found is not None and all(d is not None for d in found):
             return found
         if not self._pass_refreshed:
-            self._pass_refreshed = True
-            inference.infer_types(inference.root_of(self))
+            self._refresh_pass_types()
             found = merge_declared(self, value, self._typed_dims(value))
         return found
 
@@ -1301,6 +1344,13 @@ class Graph:
         self._connect_consumers_of(value)
 
 
+def _complete(found: onnx.TypeProto | None) -> bool:
+    """Whether a tensor type knows its shape, each dim a value."""
+    if found is None or not found.HasField("tensor_type") or not found.tensor_type.HasField("shape"):
+        return False
+    return all(d.HasField("dim_value") for d in found.tensor_type.shape.dim)
+
+
 def _subgraphs_in_map_order(node: Node) -> list[Graph]:
     """The node's subgraphs in ``Node::MutableSubgraphs()`` order: ``Node::Init`` creates them while iterating its
     attribute map (so an If's ``then_branch`` and ``else_branch`` come in that map's order, not the file's)."""
@@ -1357,10 +1407,13 @@ _CLONED_FIELDS = {
     "_types",
     "_pinned",
     "_kept",
+    "_died",
     "resolves",
     "_produced_at",
     "_pass_new",
     "_pass_refreshed",
+    "_pass_refreshed_clean",
+    "_pass_rewired",
     "_data_types",
     "_data_typed_at",
     "_node_types",

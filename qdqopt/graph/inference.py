@@ -368,12 +368,13 @@ def _resolve_graph(graph: Graph) -> onnx.GraphProto:
             declared.add(vi.name)
     for name in graph.initializer_names():
         tensor = graph.initializer(name)
-        if tensor is not None and name not in declared:
-            if _data_given(graph, name, tensor):
-                gp.initializer.append(tensor)
-            else:
-                gp.value_info.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
-            declared.add(name)
+        if tensor is None:
+            continue
+        if _data_given(graph, name, tensor):  # a value_info entry may name it too (a Concat ReshapeFusion folded)
+            gp.initializer.append(tensor)
+        elif name not in declared:
+            gp.value_info.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
+        declared.add(name)
     order = graph.topological_order()
     for node in order:
         for value in (*node.inputs, *node.outputs):

@@ -730,7 +730,11 @@ def _save_parts(model: Model) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
         return out, _saved_initializers(model.graph, regenerate=False)
     # types a pass set on NodeArgs replace the load-time ones (and the declared types merged into those)
     pinned = pinned_types(model.graph)
-    known_types = {**model.value_types, **pinned}
+    known_types = dict(model.value_types)
+    for name, died in died_types(model.graph).items():  # what a Resolve gave a value before its producer went
+        known = known_types.get(name)
+        known_types[name] = died if known is None else fill_unknown(known, died)
+    known_types.update(pinned)
     # ORT's Resolve re-infers every type after the rewrites: infer on the rewritten graph (with its weights' dims,
     # not their data), then save it with those types
     fresh = _infer_types(_current_inference_model(out, model.graph, known_types, set(pinned)), owned=True)
@@ -785,6 +789,15 @@ def pinned_types(graph: Graph) -> dict[str, onnx.TypeProto]:
     out = graph.pinned_types()
     for _, _, sub in graph.subgraphs():
         for name, type_proto in pinned_types(sub).items():
+            out.setdefault(name, type_proto)
+    return out
+
+
+def died_types(graph: Graph) -> dict[str, onnx.TypeProto]:
+    """:meth:`Graph.died_types` of ``graph`` and its subgraphs (an enclosing graph's entry wins)."""
+    out = graph.died_types()
+    for _, _, sub in graph.subgraphs():
+        for name, type_proto in died_types(sub).items():
             out.setdefault(name, type_proto)
     return out
 
