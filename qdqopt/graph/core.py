@@ -777,7 +777,11 @@ class Graph:
         saved = [v for v in node.outputs if v and v in self.value_info_names and self._producer.get(v) is not None]
         if not saved or self._pass_new is None:
             return
-        if not self._pass_refreshed and not self._pass_rewired and not all(_complete(self._types.get(v)) for v in saved):
+        if (
+            not self._pass_refreshed
+            and not self._pass_rewired
+            and not all(_complete(self._types.get(v)) for v in saved)
+        ):
             self._refresh_pass_types()
         if self._pass_refreshed and not self._pass_refreshed_clean:  # inferred after this application's rewrites
             return

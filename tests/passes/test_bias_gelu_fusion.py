@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, inference
 from qdqopt.passes import TRANSFORMERS, bias_gelu_fusion
 from qdqopt.passes.graph_utils import is_supported_op
 from tests.passes._helpers.gelu_family import (
@@ -67,3 +67,11 @@ def test_mutation_input_order(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(Graph, "add_node", reversed_inputs)
     assert differs("gelu/bias_first_erf")
+
+
+def test_mutation_resolve_without_initializer_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resolve's inference reads a constant initializer's data (a Reshape's shape): without it the Add's input has no
+    shape and BiasGelu is not fused."""
+    assert holds(compare("gelu/bias_after_reshape", "extended"))
+    monkeypatch.setattr(inference, "_data_given", lambda graph, name, tensor: False)
+    assert differs("gelu/bias_after_reshape")

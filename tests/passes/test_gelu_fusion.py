@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from qdqopt.graph import Graph
 from qdqopt.passes import TRANSFORMERS, gelu_fusion
 from qdqopt.passes.graph_utils import first_parent_by_type
 from tests.passes._helpers.gelu_family import (
@@ -70,3 +71,11 @@ def test_mutation_first_parent(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(gelu_fusion, "first_parent_by_type", never_x_producer)
     assert differs("gelu/erf_root_from_mul")
+
+
+def test_mutation_dead_value_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value_info entry whose producer GeluFusion removed is saved with the type the last Resolve gave it (which
+    knew the Reshape's shape once EliminateIdentity made it an initializer), not the load-time one."""
+    assert holds(compare("gelu/erf_value_info_after_identity", "extended"))
+    monkeypatch.setattr(Graph, "_record_died", lambda self, node: None)
+    assert differs("gelu/erf_value_info_after_identity")

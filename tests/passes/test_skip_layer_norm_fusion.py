@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from qdqopt.compare import LevelComparison, compare_level
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, inference
 from qdqopt.passes import TRANSFORMERS, skip_layer_norm_fusion
 from tests.conftest import fixture_model, fixture_names
 
@@ -82,4 +82,12 @@ def test_mutation_epsilon_not_copied(monkeypatch: pytest.MonkeyPatch) -> None:
         return original(self, name, op_type, *args, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Graph, "add_node", default_eps)
+    assert not _holds(_compare(key, "extended"))
+
+
+def test_mutation_invented_dims_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dim ORT's Resolve cannot infer stays unnamed; kept as ONNX's ``unk__<n>``, both Adds' inputs would match."""
+    key = "layernorm/skip_unnamed_dims"
+    assert _holds(_compare(key, "extended"))
+    monkeypatch.setattr(inference, "_clear_all_invented_dims", lambda gp, declared: None)
     assert not _holds(_compare(key, "extended"))
