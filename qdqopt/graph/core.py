@@ -789,6 +789,9 @@ class Graph:
             found = self._types.get(value)
             if found is not None and value not in self._pass_new:
                 self._died[value] = found
+                kept = self._kept.get(value)
+                if kept is not None:  # a type kept earlier, refined by the Resolves since
+                    self._kept[value] = inference.fill_unknown(kept, found)
 
     def _refresh_pass_types(self) -> None:
         """Infer the types ``View.PASS`` reads again (once per pass application)."""
