@@ -37,6 +37,7 @@ import warnings
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 
@@ -54,6 +55,10 @@ from qdqopt.plugins import installed_plugins, resolve_plugins
 from qdqopt.reference import ReferenceRun, check_accepted_in_child
 from qdqopt.registry import RULES, TRANSFORMERS, Plugin, registered_passes, with_plugins
 from qdqopt.target import Target
+
+if TYPE_CHECKING:
+    from qdqopt.explain import FusionSection
+    from qdqopt.passes.qdq_selector_action import UnitReport
 
 __all__ = ["main"]
 
@@ -349,12 +354,32 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from qdqopt.explain import explain
+    from qdqopt.explain import explain, explain_fusions
 
     config = _config(args.config)
     plugins = _plugins(args)
-    reports = explain(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
-    int8 = Target.detect().with_config(SessionConfig.from_mapping(config, warn=False)).int8_allowed
+    if parse_level(args.level) >= Level.EXTENDED:
+        _print_units(args, explain(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins))
+    sections = explain_fusions(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
+    _print_fusions(sections)
+    if parse_level(args.level) >= Level.LAYOUT:
+        from qdqopt.explain import explain_layout
+
+        layout = explain_layout(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
+        print(f"Convs, pools and Resizes as NhwcTransformer sees them ({len(layout)})")
+        for item in layout:
+            verdict = "NHWC" if item.outcome == "nhwc" else "NCHW"
+            arrow = "->" if item.outcome == "nhwc" else "stays:"
+            print(f"  {verdict:<5} {item.name!r} ({item.op}) {arrow} {item.detail}")
+            for earlier in (r for r in item.reasons if r != item.detail):
+                print(f"          earlier: {earlier}")
+        tally = collections.Counter(item.outcome for item in layout)
+        print(f"summary: {tally['nhwc']} to NHWC, {tally['nchw']} stay NCHW")
+    return 0
+
+
+def _print_units(args: argparse.Namespace, reports: list[UnitReport]) -> None:
+    int8 = Target.detect().with_config(SessionConfig.from_mapping(_config(args.config), warn=False)).int8_allowed
     print(f"QDQ node units of {args.input} as QDQSelectorActionTransformer sees them (int8 allowed: {int8})")
     counts: collections.Counter[str] = collections.Counter()
     for report in reports:
@@ -372,20 +397,29 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for reason in report.reasons:
             print(f"            - {reason}")
     print("summary: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
-    if parse_level(args.level) >= Level.LAYOUT:
-        from qdqopt.explain import explain_layout
 
-        layout = explain_layout(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
-        print(f"Convs, pools and Resizes as NhwcTransformer sees them ({len(layout)})")
-        for item in layout:
-            verdict = "NHWC" if item.outcome == "nhwc" else "NCHW"
-            arrow = "->" if item.outcome == "nhwc" else "stays:"
-            print(f"  {verdict:<5} {item.name!r} ({item.op}) {arrow} {item.detail}")
-            for earlier in (r for r in item.reasons if r != item.detail):
-                print(f"          earlier: {earlier}")
-        tally = collections.Counter(item.outcome for item in layout)
-        print(f"summary: {tally['nhwc']} to NHWC, {tally['nchw']} stay NCHW")
-    return 0
+
+def _print_fusions(sections: list[FusionSection]) -> None:
+    """The transformer fusions' candidates, a section per pass that has any; the others on one line."""
+    quiet: list[str] = []
+    for section in sections:
+        if not section.candidates:
+            quiet.append(section.pass_name if section.status == "ran" else f"{section.pass_name} ({section.status})")
+            continue
+        tally = collections.Counter(c.outcome for c in section.candidates)
+        status = "" if section.status == "ran" else f" [{section.status}]"
+        print(f"{section.pass_name}{status}: {tally['fused']} fused, {tally['refused']} refused")
+        for c in section.candidates:
+            if c.outcome == "fused":
+                print(f"  fused     {c.candidate!r} -> {c.op} {c.node!r}")
+                for reason in c.reasons:
+                    print(f"            earlier: {reason}")
+            else:
+                print(f"  REFUSED   {c.candidate!r}")
+                for reason in c.reasons:
+                    print(f"            - {reason}")
+    if quiet:
+        print("transformer fusions without candidates: " + ", ".join(quiet))
 
 
 def example_model() -> Path:
@@ -520,7 +554,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", "-v", action="store_true", help="name every pass in the notes on how ORT was run")
     p.set_defaults(func=cmd_diff)
 
-    p = sub.add_parser("explain", help="list every QDQ node unit and why it was fused or not")
+    p = sub.add_parser(
+        "explain", help="list every QDQ node unit and transformer-fusion candidate: fused into what, or why not"
+    )
     p.add_argument("input")
     common(p)
     p.set_defaults(level="extended")

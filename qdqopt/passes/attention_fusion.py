@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from qdqopt.events import Kind, NoMatch, emit, emit_no_match
+from qdqopt.events import NoMatch, emit_fused, emit_no_match
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
@@ -261,7 +261,7 @@ class AttentionFusion(GraphTransformer):
         if isinstance(found, NoMatch):
             emit_no_match(found, node.name)
             return False
-        emit(Kind.FUSED, f"attention block fused into com.microsoft.Attention {found!r}", (node.name, found))
+        emit_fused(node.name, "Attention", found, MS_DOMAIN)
         return True
 
     # ------------------------------------------------------------------------------------------------ matching
