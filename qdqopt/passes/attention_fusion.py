@@ -32,7 +32,10 @@ Rules (ORT 1.32):
   with one output edge; Where's X the scalar -inf, its Y the q.k MatMul, which also feeds the Expand's shape
   through a Shape; Equal's B the scalar 0; the mask Reshape's shape a Concat of 4: Unsqueeze <- Gather(0) <- Shape
   and Unsqueeze <- Gather(1) <- Shape, both Shapes of the LayerNormalization's output, the first Unsqueeze the one
-  the output Reshape's Concat reads, the middle inputs ``[1]`` and ``[1]``;
+  the output Reshape's Concat reads, the middle inputs ``[1]`` and ``[1]``; the Attention's ``mask_filter_value``
+  is then -10000 (``AttentionMaskNodesDistilBert``'s default: the Where's -inf is not read). In a full session the
+  output Reshape keeps its Concat only when Level1's ReshapeFusion cannot fold it: with named batch and sequence
+  dims it folds to ``(0, -1, W)``, which the v path refuses;
 * path q: BERT: the mask Add's input 0 is a Div (7, 13) of a MatMul (1, 9) output; DistilBERT: the Where's input 2
   is a MatMul (1, 9, 13) of a Div (7, 13). From the q.k pivot: Transpose (0,2,1,3) <- Reshape ``(0, 0 or -1, N,
   H)`` <- Add <- MatMul <- LayerNormalization-1 (17 is refused here), the Div's input 1 the scalar ``sqrt(H)``;
@@ -143,6 +146,10 @@ DISTIL_MASK_PATH = (
     EdgeToMatch(0, 0, "Reshape", (1, 5, 13)),
     EdgeToMatch(0, 0, "Equal", (1, 7, 11, 13)),
 )
+
+
+#: ``AttentionMaskNodesDistilBert::mask_filter_value``: the DistilBERT matcher never sets it (not the Where's -inf)
+DISTIL_MASK_FILTER_VALUE = -10000.0
 
 
 @dataclass
@@ -478,11 +485,10 @@ class AttentionFusion(GraphTransformer):
             data: list[int] = []
             if not append_tensor_from_initializer(graph, concat.inputs[i], data) or data != [1]:
                 return NoMatch("the mask Concat's middle inputs are not [1], [1]", (concat.name,))
-        value = _float_scalar(graph, where.inputs[1])
         return MaskNodes(
             softmax,
             equal.inputs[0],
-            value if value is not None else float("-inf"),
+            DISTIL_MASK_FILTER_VALUE,
             [softmax, where, expand, reshape, equal, shape],
             distil_reshape=reshape,
         )

@@ -31,8 +31,11 @@ def test_registered() -> None:
 def test_fires_where_expected() -> None:
     fused = set(fired(GROUP, NAME))
     assert {"attention/bert_basic", "attention/bert_two_layers", "attention/bert_mask_big"} <= fused
-    assert len(fused) >= 12
+    assert {"attention/distil_basic", "attention/distil_heads4", "attention/distil_op13"} <= fused
+    assert len(fused) >= 16
     for refused in ("bert_op13", "bert_op17", "bert_k_perm", "bert_scale", "bert_softmax_axis", "bert_mask_one"):
+        assert f"attention/{refused}" not in fused
+    for refused in ("distil_named_dims", "distil_equal_b", "distil_softmax_axis", "distil_scale"):
         assert f"attention/{refused}" not in fused
 
 
@@ -48,6 +51,13 @@ def test_mutation_mask_filter_value(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not differs("attention/bert_mask_big")
     monkeypatch.setattr(attention_fusion, "_float_scalar", lambda graph, name: -10000.0 if name else None)
     assert differs("attention/bert_mask_big")
+
+
+def test_mutation_distil_mask_filter_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DistilBERT's Attention gets -10000 (the struct's default), not the Where's -inf."""
+    assert not differs("attention/distil_basic")
+    monkeypatch.setattr(attention_fusion, "DISTIL_MASK_FILTER_VALUE", float("-inf"))
+    assert differs("attention/distil_basic")
 
 
 def test_mutation_weight_order(monkeypatch: pytest.MonkeyPatch) -> None:
