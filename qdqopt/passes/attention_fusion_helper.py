@@ -31,12 +31,12 @@ Rules (ORT 1.32; each refusal below is ORT's VERBOSE ``DEBUG_LOG`` text where it
   subgraph (W x 3W) reading the LayerNormalization's output; ``CheckNodesInPathV`` as BERT's but the v Reshape must
   be ``(0, 0 or -1, N, -1)`` (``0 < N <= W``) and the output Reshape ``(0, 0, -1)``; the Split has 3 output edges;
 * the mask: ``MatchInputMaskSubgraph`` with the input mask optional (a Softmax whose input is a Where has none);
-  ``MatchUnidirMaskSubgraph`` from the mask Add (or the Softmax): Where (9) whose input 1 is the q.k Div (7, 13)
-  and input 2 the float -10000; Cast (9, 13) <- last Slice (10, 11, 13) <- mask Slice <- (input 1) Unsqueeze (11,
-  13) <- Sub (7, 13) <- Squeeze (1, 11, 13) <- Slice <- Shape (1, 13) of the Div's output; the mask Slice's data a
-  constant ``[1, 1, M, M]`` uint8 or float initializer, lower triangular (unidirectional 1) or all ones (0); the
-  Slices' parameters, the Unsqueezes of the key length and the second Shape -> Slice(-2, -1, 0) -> Squeeze as ORT
-  checks them, one output edge each except where shared;
+  ``MatchUnidirMaskSubgraph`` from the mask Add (or the Softmax): Where (9) whose input 1 is the q.k Div (7, 13) and
+  input 2 a float scalar constant (any value: 1.32 no longer wants -10000); Cast (9, 13) <- last Slice (10, 11, 13) <-
+  mask Slice <- (input 1) Unsqueeze (11, 13) <- Sub (7, 13) <- Squeeze (1, 11, 13) <- Slice <- Shape (1, 13) of the
+  Div's output; the mask Slice's data a constant ``[1, 1, M, M]`` uint8 or float initializer, lower triangular
+  (unidirectional 1) or all ones (0); the Slices' parameters, the Unsqueezes of the key length and the second Shape ->
+  Slice(-2, -1, 0) -> Squeeze as ORT checks them, one output edge each except where shared;
 * q: the Div's input 0 <- MatMul (1, 9, 13) <- Transpose <- Reshape <- the same Split (output 0); k: the MatMul's
   input 1 (or past's Concat) <- Transpose <- Reshape <- the Split (output 1); their Reshapes ``(0, 0 or -1, N,
   -1)``, perms (0,2,1,3) and (0,2,3,1); the Div's divisor is checked against sqrt(-1), which any value passes;
@@ -45,9 +45,10 @@ Rules (ORT 1.32; each refusal below is ORT's VERBOSE ``DEBUG_LOG`` text where it
   Concat.
 
 Rewrite: ``com.microsoft`` Attention ``GenerateNodeName(Attention)``, doc string "Fused Attention subgraphs ",
-attributes ``num_heads`` then ``unidirectional``, the LayerNormalization's EP; a mask gets a Cast to int32 whatever
-its type (``GetOrCreateMaskInt32``, shared with the BERT form's cache); removed: the attention nodes, the first
-Gemm subgraph, the unidirectional mask, past and the input mask's nodes as the BERT form removes them.
+attributes ``num_heads``, ``unidirectional`` and, unless it is -10000, ``mask_filter_value``: the input mask's Mul
+constant if that is not -10000, else the Where's fill value; the LayerNormalization's EP; a mask gets a Cast to int32
+whatever its type (``GetOrCreateMaskInt32``, shared with the BERT form's cache); removed: the attention nodes, the
+first Gemm subgraph, the unidirectional mask, past and the input mask's nodes as the BERT form removes them.
 """
 
 from __future__ import annotations
@@ -329,6 +330,7 @@ class _Unidir:
     div: Node
     unidirectional: bool
     nodes: list[Node]
+    fill: float  # the Where's input 2
 
 
 def _unidir_mask_kind(graph: Graph, name: str) -> bool | NoMatch:
@@ -363,8 +365,9 @@ def _match_unidir(graph: Graph, start: Node, shared: bool) -> _Unidir | NoMatch:
     if root is None:
         return NoMatch("Faild to match the path (Div-->Where-->Add) for unidirectional mask", (start.name,))
     where, div = root
-    if not is_initializer_with_expected_value(graph, where.inputs[2], GPT_MASK_FILTER, is_constant=True):
-        return NoMatch("the Where's input 2 is not -10000", (where.name,))
+    fill = float_scalar(graph, where.inputs[2]) if constant_initializer(graph, where.inputs[2]) is not None else None
+    if fill is None:
+        return NoMatch("the Where's input 2 is not a float scalar constant", (where.name,))
     path1 = find_path(
         graph,
         where,
@@ -448,7 +451,7 @@ def _match_unidir(graph: Graph, start: Node, shared: bool) -> _Unidir | NoMatch:
     nodes.append(slice2)
     if not shared:
         nodes += [unsqueeze3, shape2]
-    return _Unidir(div, kind, nodes)
+    return _Unidir(div, kind, nodes, fill)
 
 
 @dataclass
@@ -706,6 +709,14 @@ def fuse_gpt_attention(graph: Graph, ln: Node, hidden: int, cache: dict[str, str
         inputs.append(past.past)
         outputs.append(past.present)
     name = graph.generate_node_name("Attention")
+    attributes = {
+        "num_heads": onnx.helper.make_attribute("num_heads", num_heads),
+        "unidirectional": onnx.helper.make_attribute("unidirectional", int(unidir.unidirectional)),
+    }
+    # the input mask's Mul constant unless it is the default, else the Where's; written when not the default
+    fill = mask.mask_filter_value if mask.mask_filter_value != GPT_MASK_FILTER else unidir.fill
+    if fill != GPT_MASK_FILTER:
+        attributes["mask_filter_value"] = onnx.helper.make_attribute("mask_filter_value", fill)
     remove = [reshape, transpose, qkv_matmul, v_transpose, v_reshape, split, unidir.div, qk_matmul]
     remove += [q_transpose, q_reshape, k_transpose, k_reshape, *unidir.nodes, *gemm0.nodes]
     if past is not None:
@@ -722,10 +733,7 @@ def fuse_gpt_attention(graph: Graph, ln: Node, hidden: int, cache: dict[str, str
         inputs,
         outputs,
         domain=MS_DOMAIN,
-        attributes={
-            "num_heads": onnx.helper.make_attribute("num_heads", num_heads),
-            "unidirectional": onnx.helper.make_attribute("unidirectional", int(unidir.unidirectional)),
-        },
+        attributes=attributes,
         doc_string="Fused Attention subgraphs ",
         ep=ln.ep,
     )
