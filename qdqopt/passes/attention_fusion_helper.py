@@ -42,7 +42,9 @@ Rules (ORT 1.32; each refusal below is ORT's VERBOSE ``DEBUG_LOG`` text where it
   -1)``, perms (0,2,1,3) and (0,2,3,1); the Div's divisor is checked against sqrt(-1), which any value passes;
 * past (``MatchPastSubgraph``): past -> Gather(0) -> Transpose(0,1,3,2) -> k Concat -> Transpose(0,1,3,2) ->
   Unsqueeze(0) -> Concat -> present (a graph output only), and past -> Gather(1) -> v Concat -> Unsqueeze(0) -> that
-  Concat.
+  Concat; 1.32's "transpose optimized pattern" (what Level1's transpose optimizer makes of it): the q.k MatMul
+  reads a Transpose(0,1,3,2) of the k Concat, whose inputs are past's Gather(0) and a Transpose(0,2,1,3) of the k
+  Reshape, and which feeds the present Unsqueeze directly; that Transpose is removed too.
 
 Rewrite: ``com.microsoft`` Attention ``GenerateNodeName(Attention)``, doc string "Fused Attention subgraphs ",
 attributes ``num_heads``, ``unidirectional`` and, unless it is -10000, ``mask_filter_value``: the input mask's Mul
@@ -461,30 +463,31 @@ class _Past:
     nodes: list[Node]
 
 
-def _match_past(graph: Graph, k_concat: Node, v_concat: Node) -> _Past | NoMatch:
-    """``MatchPastSubgraph``."""
-    found = find_path(
-        graph,
-        k_concat,
-        True,
-        (EdgeToMatch(0, 0, "Transpose", _TRANSPOSE), EdgeToMatch(0, 0, "Gather", _GATHER)),
-    )
+def _match_past(graph: Graph, k_concat: Node, v_concat: Node, optimized: bool) -> _Past | NoMatch:
+    """``MatchPastSubgraph``; ``optimized``: the transpose optimizer's form, where the k Concat reads past's Gather
+    directly and feeds the present Unsqueeze directly (its two Transposes cancelled)."""
+    past_k_transpose: Node | None = None
+    present_k_transpose: Node | None = None
+    past_k_path = (EdgeToMatch(0, 0, "Transpose", _TRANSPOSE), EdgeToMatch(0, 0, "Gather", _GATHER))
+    found = find_path(graph, k_concat, True, past_k_path[1:] if optimized else past_k_path)
     if found is None:
         return NoMatch("Failed to find path for past_k", (k_concat.name,))
-    past_k_transpose, past_k_gather = found
-    found = find_path(
-        graph,
-        k_concat,
-        False,
-        (
-            EdgeToMatch(0, 0, "Transpose", _TRANSPOSE),
-            EdgeToMatch(0, 0, "Unsqueeze", _UNSQ),
-            EdgeToMatch(0, 0, "Concat", _CONCAT),
-        ),
+    if optimized:
+        (past_k_gather,) = found
+    else:
+        past_k_transpose, past_k_gather = found
+    present_k_path = (
+        EdgeToMatch(0, 0, "Transpose", _TRANSPOSE),
+        EdgeToMatch(0, 0, "Unsqueeze", _UNSQ),
+        EdgeToMatch(0, 0, "Concat", _CONCAT),
     )
+    found = find_path(graph, k_concat, False, present_k_path[1:] if optimized else present_k_path)
     if found is None:
         return NoMatch("Failed to find path for present_k", (k_concat.name,))
-    present_k_transpose, present_k_unsqueeze, present_concat = found
+    if optimized:
+        present_k_unsqueeze, present_concat = found
+    else:
+        present_k_transpose, present_k_unsqueeze, present_concat = found
     found = find_path(
         graph,
         present_concat,
@@ -500,9 +503,9 @@ def _match_past(graph: Graph, k_concat: Node, v_concat: Node) -> _Past | NoMatch
     present_v_unsqueeze, past_v_concat, past_v_gather = found
     if past_v_concat.index != v_concat.index:
         return NoMatch("Failed to match v_concat", (past_v_concat.name,))
-    if not perm_is(past_k_transpose, (0, 1, 3, 2)):
+    if past_k_transpose is not None and not perm_is(past_k_transpose, (0, 1, 3, 2)):
         return NoMatch("past_k_transpose perm attribute not matched", (past_k_transpose.name,))
-    if not perm_is(present_k_transpose, (0, 1, 3, 2)):
+    if present_k_transpose is not None and not perm_is(present_k_transpose, (0, 1, 3, 2)):
         return NoMatch("present_k_transpose perm attribute not matched", (present_k_transpose.name,))
     if present_k_unsqueeze.attr_ints("axes") != [0]:
         return NoMatch("present_k_unsqueeze axes value not expected", (present_k_unsqueeze.name,))
@@ -524,10 +527,12 @@ def _match_past(graph: Graph, k_concat: Node, v_concat: Node) -> _Past | NoMatch
         (past_v_concat, 2),
         (past_v_gather, 1),
     )
-    if not all(check_output_edges(graph, n, c) for n, c in counts) or output_edge_count(graph, present_concat) != 0:
+    edges_ok = all(n is None or check_output_edges(graph, n, c) for n, c in counts)
+    if not edges_ok or output_edge_count(graph, present_concat) != 0:
         return NoMatch("Output edge count not expected for nodes in past subgraph", (k_concat.name,))
-    nodes = [k_concat, past_k_transpose, past_k_gather, present_k_transpose, present_k_unsqueeze, present_concat]
-    nodes += [present_v_unsqueeze, past_v_concat, past_v_gather]
+    nodes = [k_concat, *(n for n in (past_k_transpose,) if n is not None), past_k_gather]
+    nodes += [n for n in (present_k_transpose,) if n is not None]
+    nodes += [present_k_unsqueeze, present_concat, present_v_unsqueeze, past_v_concat, past_v_gather]
     return _Past(past_v_gather.inputs[0], present_concat.outputs[0], nodes)
 
 
@@ -677,8 +682,16 @@ def fuse_gpt_attention(graph: Graph, ln: Node, hidden: int, cache: dict[str, str
     if checked is not None:
         return NoMatch("CheckNodesInPathQ returns false", checked.nodes, (checked.reason,))
     k_concat: Node | None = None
+    opt_k_transpose: Node | None = None
     if has_past:
         k_concat = input_node(graph, qk_matmul, 1)
+        if k_concat is not None and is_supported_op(k_concat, "Transpose", _TRANSPOSE):
+            # "Using transpose optimized pattern": Level1's transpose optimizer pushed k's Transpose(0,2,3,1) and
+            # past k's Transpose(0,1,3,2) through the Concat: Transpose(0,2,1,3) -> Concat -> Transpose(0,1,3,2)
+            opt_k_transpose = k_concat
+            if not perm_is(opt_k_transpose, (0, 1, 3, 2)):
+                return NoMatch("opt_k_transpose perm attribute not matched", (opt_k_transpose.name,))
+            k_concat = input_node(graph, opt_k_transpose, 0)
         if k_concat is None or not is_supported_op(k_concat, "Concat", _CONCAT):
             return NoMatch("the q.k MatMul's input 1 is not past's Concat", (qk_matmul.name,))
     k_path = (
@@ -692,12 +705,13 @@ def fuse_gpt_attention(graph: Graph, ln: Node, hidden: int, cache: dict[str, str
     k_transpose, k_reshape, k_split = found
     if k_split.index != split.index:
         return NoMatch("k and v are not from same Split node", (k_split.name,))
-    checked = _check_gpt_qk(graph, k_reshape, k_transpose, (0, 2, 3, 1), num_heads, False)
+    k_perm = (0, 2, 1, 3) if opt_k_transpose is not None else (0, 2, 3, 1)
+    checked = _check_gpt_qk(graph, k_reshape, k_transpose, k_perm, num_heads, False)
     if checked is not None:
         return NoMatch("CheckNodesInPathK returns false", checked.nodes, (checked.reason,))
     past: _Past | None = None
     if k_concat is not None:
-        matched = _match_past(graph, k_concat, v_concat)
+        matched = _match_past(graph, k_concat, v_concat, opt_k_transpose is not None)
         if isinstance(matched, NoMatch):
             return NoMatch("MatchPastSubgraph returns false", matched.nodes, (matched.reason,))
         past = matched
@@ -721,6 +735,8 @@ def fuse_gpt_attention(graph: Graph, ln: Node, hidden: int, cache: dict[str, str
     remove += [q_transpose, q_reshape, k_transpose, k_reshape, *unidir.nodes, *gemm0.nodes]
     if past is not None:
         remove += past.nodes
+    if opt_k_transpose is not None:
+        remove.append(opt_k_transpose)
     remove += mask.remove_always
     if mask.mul is not None and check_output_edges(graph, mask.mul, 1):
         remove += mask.shared
