@@ -40,7 +40,9 @@ Rules (ORT 1.32):
   is a MatMul (1, 9, 13) of a Div (7, 13). From the q.k pivot: Transpose (0,2,1,3) <- Reshape ``(0, 0 or -1, N,
   H)`` <- Add <- MatMul <- LayerNormalization-1 (17 is refused here), the Div's input 1 the scalar ``sqrt(H)``;
   path k: the q.k MatMul's input 1: Transpose (0,2,3,1) <- Reshape (same constant rule) <- Add <- MatMul <- the
-  LayerNormalization; q/k MatMul and Add initializers as for v;
+  LayerNormalization; q/k MatMul and Add initializers as for v; 1.32 refuses a q or k Reshape, Transpose, Add or
+  MatMul with another consumer or a graph output ("q path has an external use", "q projection has an external
+  use", and k's);
 * the q, k and v weights (and biases) are initializers of one type, float or float16; the mask input has rank 2
   and type int64, int32 or float (else nothing is changed).
 
@@ -68,6 +70,7 @@ from qdqopt.events import NoMatch, emit_fused, emit_no_match
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.attention_fusion_helper import (
     MaskNodes,
+    external_use_free,
     fuse_gpt_attention,
     int_value_is,
     match_input_mask,
@@ -428,6 +431,8 @@ class AttentionFusion(GraphTransformer):
         q_transpose, q_reshape, q_add, q_matmul, q_root = q
         if q_root.index != ln.index:
             return NoMatch("q root should be layer normalization", (q_root.name,))
+        if not external_use_free(graph, q_reshape, q_transpose):
+            return NoMatch("q path has an external use", (q_reshape.name, q_transpose.name))
         checked = self._check_qk_reshape(graph, q_reshape, num_heads, head_size, "q_reshape const not matched")
         if checked is not None:
             return checked
@@ -435,6 +440,8 @@ class AttentionFusion(GraphTransformer):
             return NoMatch("qk_div const not matched.", (qk_div.name,))
         if not _perm_is(q_transpose, (0, 2, 1, 3)):
             return NoMatch("q_transpose perm attribute not matched", (q_transpose.name,))
+        if not external_use_free(graph, q_add, q_matmul):
+            return NoMatch("q projection has an external use", (q_add.name, q_matmul.name))
         if not (_bias_ok(graph, q_add, hidden) and _matmul_weight_ok(graph, q_matmul, hidden)):
             return NoMatch("q_matmul and q_add shape not matched", (q_matmul.name, q_add.name))
         k = find_path(graph, qk_matmul, True, K_PATH)
@@ -443,11 +450,15 @@ class AttentionFusion(GraphTransformer):
         k_transpose, k_reshape, k_add, k_matmul, k_root = k
         if k_root.index != ln.index:
             return NoMatch("k root is not layer norm", (k_root.name,))
+        if not external_use_free(graph, k_reshape, k_transpose):
+            return NoMatch("k path has an external use", (k_reshape.name, k_transpose.name))
         if not _perm_is(k_transpose, (0, 2, 3, 1)):
             return NoMatch("k_transpose perm attribute not matched", (k_transpose.name,))
         checked = self._check_qk_reshape(graph, k_reshape, num_heads, head_size, "k_reshape const not matched")
         if checked is not None:
             return checked
+        if not external_use_free(graph, k_add, k_matmul):
+            return NoMatch("k projection has an external use", (k_add.name, k_matmul.name))
         if not (_bias_ok(graph, k_add, hidden) and _matmul_weight_ok(graph, k_matmul, hidden)):
             return NoMatch("k_matmul and k_add shape not matched", (k_matmul.name, k_add.name))
         v_add, v_matmul = parent_nodes[5], parent_nodes[6]

@@ -39,7 +39,8 @@ Rules (ORT 1.32; each refusal below is ORT's VERBOSE ``DEBUG_LOG`` text where it
   Slice(-2, -1, 0) -> Squeeze as ORT checks them, one output edge each except where shared;
 * q: the Div's input 0 <- MatMul (1, 9, 13) <- Transpose <- Reshape <- the same Split (output 0); k: the MatMul's
   input 1 (or past's Concat) <- Transpose <- Reshape <- the Split (output 1); their Reshapes ``(0, 0 or -1, N,
-  -1)``, perms (0,2,1,3) and (0,2,3,1); the Div's divisor is checked against sqrt(-1), which any value passes;
+  -1)``, perms (0,2,1,3) and (0,2,3,1), each Reshape and Transpose with one output edge ("q path has an external
+  use"); the Div's divisor is checked against sqrt(-1), which any value passes;
 * past (``MatchPastSubgraph``): past -> Gather(0) -> Transpose(0,1,3,2) -> k Concat -> Transpose(0,1,3,2) ->
   Unsqueeze(0) -> Concat -> present (a graph output only), and past -> Gather(1) -> v Concat -> Unsqueeze(0) -> that
   Concat; 1.32's "transpose optimized pattern" (what Level1's transpose optimizer makes of it): the q.k MatMul
@@ -76,7 +77,7 @@ from qdqopt.passes.graph_utils import (
 )
 from qdqopt.passes.qdq_util import is_initializer_with_expected_value, is_scalar_arg
 
-__all__ = ["GPT_MASK_FILTER", "MaskNodes", "fuse_gpt_attention", "match_input_mask"]
+__all__ = ["GPT_MASK_FILTER", "MaskNodes", "external_use_free", "fuse_gpt_attention", "match_input_mask"]
 
 _TP = onnx.TensorProto
 MS_DOMAIN = "com.microsoft"
@@ -127,6 +128,11 @@ class MaskNodes:
 
 def perm_is(node: Node, perm: tuple[int, ...]) -> bool:
     return node.attr_ints("perm") == list(perm)
+
+
+def external_use_free(graph: Graph, *nodes: Node) -> bool:
+    """1.32's "... has an external use" checks: each node has one output edge and no graph output."""
+    return all(check_output_edges(graph, n, 1) for n in nodes)
 
 
 def int_value_is(graph: Graph, name: str, expected: int) -> bool:
@@ -569,6 +575,8 @@ def _check_gpt_qk(
     graph: Graph, reshape: Node, transpose: Node, perm: tuple[int, ...], num_heads: int, q: bool
 ) -> NoMatch | None:
     """``CheckNodesInPathQ`` / ``CheckNodesInPathK`` for GPT-2 (head size -1: the Div's divisor is not checked)."""
+    if not external_use_free(graph, reshape, transpose):
+        return NoMatch(("q" if q else "k") + " path has an external use", (reshape.name, transpose.name))
     shape = reshape_constant(graph, reshape)
     if not perm_is(transpose, perm):
         return NoMatch(("q" if q else "k") + "_transpose perm attribute not matched", (transpose.name,))
