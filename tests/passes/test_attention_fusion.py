@@ -18,7 +18,7 @@ import pytest
 import qdqopt
 from qdqopt.events import EventLog, Kind
 from qdqopt.graph import Graph
-from qdqopt.passes import TRANSFORMERS, attention_fusion
+from qdqopt.passes import TRANSFORMERS, attention_fusion, attention_fusion_helper
 from tests.conftest import fixture_model, fixture_names
 from tests.passes._helpers.gelu_family import CONFIGS, LEVELS, assert_exact, differs, fired
 
@@ -57,7 +57,7 @@ def test_as_run(name: str, config: str, level: str) -> None:
 def test_mutation_mask_filter_value(monkeypatch: pytest.MonkeyPatch) -> None:
     """ORT 1.32 writes the mask Mul's constant as mask_filter_value (not a fixed -10000)."""
     assert not differs("attention/bert_mask_big")
-    monkeypatch.setattr(attention_fusion, "_float_scalar", lambda graph, name: -10000.0 if name else None)
+    monkeypatch.setattr(attention_fusion_helper, "float_scalar", lambda graph, name: -10000.0 if name else None)
     assert differs("attention/bert_mask_big")
 
 
