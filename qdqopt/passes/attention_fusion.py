@@ -1,5 +1,6 @@
-"""AttentionFusion: a BERT or DistilBERT self-attention block becomes one com.microsoft Attention node
-(``attention_fusion.cc`` and ``attention_fusion_helper.h``, Level2, CPU EP)::
+"""AttentionFusion: a BERT, DistilBERT or GPT-2 self-attention block becomes one com.microsoft Attention node
+(``attention_fusion.cc`` and ``attention_fusion_helper.h``, Level2, CPU EP; the GPT-2 form and the matchers it
+shares with BERT in :mod:`qdqopt.passes.attention_fusion_helper`)::
 
     before (BERT)                                                     after
     LN -> q/k/v MatMul(WxW) -> Add(W) -> Reshape(0,0,N,H) -> Transpose   LN, qkv_weights [W, 3W], qkv_bias [3W],
@@ -11,9 +12,11 @@ Rules (ORT 1.32):
 
 * every node in one topological snapshot, subgraphs first; a candidate is a LayerNormalization (ai.onnx 1 or 17) on
   a compatible EP with 2 to 6 output edges and a bias input whose shape is ``[W]`` (known): ``W`` is the hidden
-  size. Its consumers must be 1 Add, 3 MatMuls and as many Shapes as edges beyond 4 (BERT or DistilBERT); a
-  candidate with 1 Reshape and 1 or 3 Shapes is ORT's GPT-2 form, which qdqopt does not implement (see
-  :meth:`AttentionFusion.unsupported`);
+  size. Its consumers must be 1 Add, 3 MatMuls and as many Shapes as edges beyond 4 (BERT or DistilBERT), or 1
+  Reshape and 1 or 3 Shapes and nothing else (GPT-2, ``FuseGptAttention``). Before that, ORT 1.32 tries every
+  node as the qkv MatMul of a MobileCLIP block (``TryFuseMobileClipMHA``: MatMul -> Reshape -> Split(3) ->
+  MultiHeadAttention, added in 1.32's source); qdqopt does not implement it and declines models holding such a
+  candidate (:meth:`AttentionFusion.unsupported`);
 * path v, from that Add up its input 0: Add (7, 13) <- MatMul (1, 9, 13) <- Reshape (5, 13) <- Transpose (1, 13)
   <- qkv MatMul (input 1) <- v Transpose <- v Reshape <- v Add <- v MatMul <- the same LayerNormalization. The v
   Add and v MatMul, the output Transpose, the qkv MatMul, the v Transpose and v Reshape have one output edge

@@ -446,8 +446,8 @@ def _match_unidir(graph: Graph, start: Node, shared: bool) -> _Unidir | NoMatch:
     squeeze2, slice2, shape2 = path4
     if div.outputs[0] != shape2.inputs[0]:
         return NoMatch("Div and Shape does not have edge", (shape2.name,))
-    counts = ((squeeze2, 1), (slice2, 1), (shape2, 2 if shared else 1))
-    if not all(check_output_edges(graph, n, count) for n, count in counts):
+    counts2 = ((squeeze2, 1), (slice2, 1), (shape2, 2 if shared else 1))
+    if not all(check_output_edges(graph, n, count) for n, count in counts2):
         return NoMatch(
             "Output edge count not expected for squeeze_2/slices2/shape2 of unidirectional mask", (squeeze2.name,)
         )

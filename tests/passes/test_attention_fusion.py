@@ -18,7 +18,7 @@ import pytest
 import qdqopt
 from qdqopt.events import EventLog, Kind
 from qdqopt.graph import Graph
-from qdqopt.passes import TRANSFORMERS, attention_fusion, attention_fusion_helper
+from qdqopt.passes import TRANSFORMERS, attention_fusion, attention_fusion_helper, graph_utils
 from tests.conftest import fixture_model, fixture_names
 from tests.passes._helpers.gelu_family import CONFIGS, LEVELS, assert_exact, differs, fired
 
@@ -86,7 +86,7 @@ def test_mutation_weight_order(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_mutation_k_perm(monkeypatch: pytest.MonkeyPatch) -> None:
     """The k Transpose must be (0, 2, 3, 1)."""
     assert not differs("attention/bert_k_perm")
-    original = attention_fusion._perm_is
+    original = attention_fusion_helper.perm_is
     monkeypatch.setattr(
         attention_fusion, "_perm_is", lambda node, perm: True if perm == (0, 2, 3, 1) else original(node, perm)
     )
@@ -146,7 +146,7 @@ def test_mutation_gpt_int32_mask_cast(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_mutation_gpt_transpose_optimized_pattern(monkeypatch: pytest.MonkeyPatch) -> None:
     """With past, Level1's transpose optimizer leaves k as Transpose -> Concat -> Transpose, which 1.32 fuses."""
     assert not differs("attention/gpt_past")
-    original = attention_fusion_helper.is_supported_op
+    original = graph_utils.is_supported_op
 
     def no_transpose(node: object, op_type: str, versions: object, domain: str = "") -> bool:
         return op_type != "Transpose" and original(node, op_type, versions, domain)  # type: ignore[arg-type]
