@@ -15,8 +15,7 @@ Rules (ORT 1.32):
   size. Its consumers must be 1 Add, 3 MatMuls and as many Shapes as edges beyond 4 (BERT or DistilBERT), or 1
   Reshape and 1 or 3 Shapes and nothing else (GPT-2, ``FuseGptAttention``). Before that, ORT 1.32 tries every
   node as the qkv MatMul of a MobileCLIP block (``TryFuseMobileClipMHA``: MatMul -> Reshape -> Split(3) ->
-  MultiHeadAttention, added in 1.32's source); qdqopt does not implement it and declines models holding such a
-  candidate (:meth:`AttentionFusion.unsupported`);
+  MultiHeadAttention; :mod:`qdqopt.passes.attention_fusion_mobileclip`);
 * path v, from that Add up its input 0: Add (7, 13) <- MatMul (1, 9, 13) <- Reshape (5, 13) <- Transpose (1, 13)
   <- qkv MatMul (input 1) <- v Transpose <- v Reshape <- v Add <- v MatMul <- the same LayerNormalization. The v
   Add and v MatMul, the output Transpose, the qkv MatMul, the v Transpose and v Reshape have one output edge
@@ -80,6 +79,7 @@ from qdqopt.passes.attention_fusion_helper import (
     reshape_constant,
 )
 from qdqopt.passes.attention_fusion_helper import perm_is as _perm_is
+from qdqopt.passes.attention_fusion_mobileclip import try_fuse_mobileclip_mha
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
     EdgeToMatch,
@@ -170,38 +170,23 @@ def _bias_ok(graph: Graph, add: Node, hidden: int) -> bool:
     return is_initializer(graph, name) and _validate_shape(graph, name, [hidden])
 
 
-def _graphs(graph: Graph) -> list[Graph]:
-    """The graph and its subgraphs, nested ones included."""
-    found = [graph]
-    for _, _, sub in graph.subgraphs():
-        found += _graphs(sub)
-    return found
-
-
 class AttentionFusion(GraphTransformer):
     """Fuse a BERT / DistilBERT self-attention block hanging off a LayerNormalization into Attention."""
 
     name = "AttentionFusion"
     compatible_eps = ("CPUExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider")
 
-    def unsupported(self, graph: Graph, ctx: PassContext) -> str | None:
-        """ORT 1.32's MobileCLIP form (``TryFuseMobileClipMHA``: a MatMul -> Reshape -> Split into 3 becomes
-        MultiHeadAttention, tried on every node before the LayerNormalization forms) is not implemented."""
-        for g in _graphs(graph):
-            for node in g.nodes():
-                if is_supported_op(node, "Split", (13, 18)) and len(node.outputs) == 3:
-                    parent = input_node(g, node, 0)
-                    if parent is not None and parent.op_type == "Reshape":
-                        grand = input_node(g, parent, 0)
-                        if grand is not None and grand.op_type == "MatMul":
-                            return "a MobileCLIP attention candidate (TryFuseMobileClipMHA is not implemented)"
-        return None
-
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         mask_int32: dict[str, str] = {}  # mask input -> its int32 version, for this application
         return self.visit_in_order(graph, ctx, graph_level, lambda node: self._visit(graph, node, mask_int32))
 
     def _visit(self, graph: Graph, node: Node, mask_int32: dict[str, str]) -> bool:
+        mobileclip = try_fuse_mobileclip_mha(graph, node, self.compatible_eps)
+        if isinstance(mobileclip, str):
+            emit_fused(node.name, "MultiHeadAttention", mobileclip, MS_DOMAIN)
+            return True
+        if mobileclip is not None:
+            emit_no_match(mobileclip, node.name)
         edges = output_edge_count(graph, node)
         if not 2 <= edges <= 6 or not is_supported_op(node, "LayerNormalization", _LN):
             return False

@@ -18,7 +18,13 @@ import pytest
 import qdqopt
 from qdqopt.events import EventLog, Kind
 from qdqopt.graph import Graph
-from qdqopt.passes import TRANSFORMERS, attention_fusion, attention_fusion_helper, graph_utils
+from qdqopt.passes import (
+    TRANSFORMERS,
+    attention_fusion,
+    attention_fusion_helper,
+    attention_fusion_mobileclip,
+    graph_utils,
+)
 from tests.conftest import fixture_model, fixture_names
 from tests.passes._helpers.gelu_family import CONFIGS, LEVELS, assert_exact, differs, fired
 
@@ -44,6 +50,10 @@ def test_fires_where_expected() -> None:
     for refused in ("gpt_tril_other", "gpt_k_perm", "gpt_qkv_heads", "gpt_split_extra", "gpt_past_perm"):
         assert f"attention/{refused}" not in fused
     for refused in ("bert_extra_q_t", "bert_extra_q_add", "bert_extra_k_r", "bert_extra_k_mm"):
+        assert f"attention/{refused}" not in fused
+    clip = {"clip_basic", "clip_op14", "clip_op18", "clip_op19", "clip_op23", "clip_gemm"}
+    assert {f"attention/{name}" for name in clip} <= fused
+    for refused in ("clip_softmax_axis", "clip_scale_input", "clip_gemm_output"):
         assert f"attention/{refused}" not in fused
 
 
@@ -162,6 +172,34 @@ def test_mutation_external_use(monkeypatch: pytest.MonkeyPatch) -> None:
     assert differs("attention/bert_extra_q_add")
 
 
+def test_mutation_mobileclip_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MultiHeadAttention's scale is the q Mul's constant."""
+    assert not differs("attention/clip_basic")
+    monkeypatch.setattr(attention_fusion_mobileclip, "float_scalar", lambda graph, name: 1.0)
+    assert differs("attention/clip_basic")
+
+
+def test_mutation_mobileclip_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1.32 fuses Reshape-19/21/23 (the public source lists 5, 13, 14 only)."""
+    assert not differs("attention/clip_op23")
+    monkeypatch.setattr(attention_fusion_mobileclip, "_RESHAPE", (5, 13, 14))
+    assert differs("attention/clip_op23")
+
+
+def test_mutation_mobileclip_projection_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Gemm projection's input shape comes from its Reshape's constant (ORT's Resolve reads it)."""
+    assert not differs("attention/clip_gemm")
+    from qdqopt.graph import View
+
+    original = Graph.shape
+
+    def without_data(self: Graph, value: str, *, view: View = View.PASS, as_written: bool = False) -> object:
+        return original(self, value, view=View.PASS, as_written=as_written)
+
+    monkeypatch.setattr(Graph, "shape", without_data)
+    assert differs("attention/clip_gemm")
+
+
 def _events(name: str) -> EventLog:
     return qdqopt.run(fixture_model(name), "extended").pipeline.events
 
@@ -178,3 +216,7 @@ def test_explain_events() -> None:
     refused = _events("attention/gpt_tril_other").of_kind(Kind.NO_MATCH, pass_name=NAME)
     texts = [e.text for e in refused]
     assert "MatchUnidirMaskSubgraph returns NULL" in texts and "Mask is neither unidirectional nor all ones" in texts
+    fused = _events("attention/clip_basic").of_kind(Kind.FUSED, pass_name=NAME)
+    assert len(fused) == 1 and "com.microsoft.MultiHeadAttention" in fused[0].text
+    refused = _events("attention/clip_softmax_axis").of_kind(Kind.NO_MATCH, pass_name=NAME)
+    assert any(e.nodes[0] == "qkv_matmul" and e.text == "Softmax(axis=-1) not matched" for e in refused)
