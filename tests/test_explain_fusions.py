@@ -24,6 +24,9 @@ from qdqopt.explain import CandidateReport, FusionSection, explain_fusions, fusi
 from qdqopt.passes import attention_fusion, layer_norm_fusion
 from tests.conftest import fixture_model
 
+#: the LayerNormalization LayerNormFusionL2 makes of the attention fixtures' LayerNorm chain
+LN = "mul/LayerNormFusion/"
+
 
 def _section(sections: list[FusionSection], name: str) -> FusionSection:
     found = [s for s in sections if s.pass_name == name]
@@ -44,6 +47,9 @@ def _nodes(model: onnx.ModelProto) -> dict[str, str]:
     ("fixture", "level", "pass_name", "op"),
     [
         ("attention/bert_basic", "extended", "AttentionFusion", "com.microsoft.Attention"),
+        ("attention/distil_basic", "extended", "AttentionFusion", "com.microsoft.Attention"),
+        ("attention/gpt_past", "extended", "AttentionFusion", "com.microsoft.Attention"),
+        ("attention/clip_basic", "extended", "AttentionFusion", "com.microsoft.MultiHeadAttention"),
         ("layernorm/basic_op17", "basic", "LayerNormFusionL1", "LayerNormalization"),
         ("layernorm/basic_op13", "extended", "LayerNormFusionL2", "LayerNormalization"),
         ("layernorm/rms_op13", "extended", "SimplifiedLayerNormFusion", "SimplifiedLayerNormalization"),
@@ -55,8 +61,10 @@ def _nodes(model: onnx.ModelProto) -> dict[str, str]:
 )
 def test_fused_names_the_op_and_node(fixture: str, level: str, pass_name: str, op: str) -> None:
     model = fixture_model(fixture)
-    report = _only(_section(explain_fusions(model, level), pass_name))
-    assert report.outcome == "fused" and report.op == op
+    fused = [c for c in _section(explain_fusions(model, level), pass_name).candidates if c.outcome == "fused"]
+    assert len(fused) == 1, fused
+    report = fused[0]
+    assert report.op == op
     optimized = _nodes(qdqopt.optimize(model, level))
     assert report.node is not None and optimized.get(report.node) == op
 
@@ -69,16 +77,37 @@ def test_attention_second_layer_fuses_after_skip_layer_norm() -> None:
     assert skip.candidates and all(c.op == "com.microsoft.SkipLayerNormalization" for c in skip.candidates)
 
 
+def _candidate(section: FusionSection, name: str) -> CandidateReport:
+    found = [c for c in section.candidates if c.candidate == name]
+    assert len(found) == 1, section.candidates
+    return found[0]
+
+
 @pytest.mark.parametrize(
-    ("fixture", "level", "pass_name", "reason"),
+    ("fixture", "level", "pass_name", "candidate", "reason"),
     [
-        ("attention/bert_k_perm", "extended", "AttentionFusion", "k_transpose perm attribute not matched"),
-        ("attention/bert_mask_one", "extended", "AttentionFusion", "Failed in match input mask subgraph"),
-        ("layernorm/axes_not_last", "basic", "LayerNormFusionL1", "ReduceMean axes are not the same trailing axes"),
+        ("attention/bert_k_perm", "extended", "AttentionFusion", LN, "k_transpose perm attribute not matched"),
+        ("attention/bert_mask_one", "extended", "AttentionFusion", LN, "Failed in match input mask subgraph"),
+        (
+            "attention/bert_k_perm",
+            "extended",
+            "AttentionFusion",
+            "qk_matmul",  # the MobileCLIP form tries every MatMul first, and ORT logs this one's refusal
+            "qkv MatMul output count or weight initializer check failed",
+        ),
+        ("attention/clip_softmax_axis", "extended", "AttentionFusion", "qkv_matmul", "Softmax(axis=-1) not matched"),
+        ("attention/gpt_k_perm", "extended", "AttentionFusion", "ln", "CheckNodesInPathK returns false"),
+        (
+            "layernorm/axes_not_last",
+            "basic",
+            "LayerNormFusionL1",
+            "rm1",
+            "ReduceMean axes are not the same trailing axes",
+        ),
     ],
 )
-def test_refused_names_the_check(fixture: str, level: str, pass_name: str, reason: str) -> None:
-    report = _only(_section(explain_fusions(fixture_model(fixture), level), pass_name))
+def test_refused_names_the_check(fixture: str, level: str, pass_name: str, candidate: str, reason: str) -> None:
+    report = _candidate(_section(explain_fusions(fixture_model(fixture), level), pass_name), candidate)
     assert report.outcome == "refused" and report.op is None
     assert reason in report.reasons
 
@@ -86,10 +115,16 @@ def test_refused_names_the_check(fixture: str, level: str, pass_name: str, reaso
 def test_reports_are_the_events() -> None:
     """fusion_reports is a pure reading of events: the same events, the same reports."""
     log = qdqopt.run(fixture_model("attention/bert_k_perm"), "extended").pipeline.events
-    mine = [e for e in log.events if e.pass_name == "AttentionFusion" and e.kind in (events.Kind.NO_MATCH,)]
+    mine = [e for e in log.events if e.pass_name == "AttentionFusion" and e.kind is events.Kind.NO_MATCH]
     assert mine
+    expected: dict[str, list[str]] = {}
+    for e in mine:
+        reasons = expected.setdefault(e.nodes[0], [])
+        if e.text not in reasons:
+            reasons.append(e.text)
     reports = fusion_reports(log.events, "AttentionFusion")
-    assert [r.reasons for r in reports] == [tuple(dict.fromkeys(e.text for e in mine))]
+    assert {r.candidate: list(r.reasons) for r in reports} == expected
+    assert [r.candidate for r in reports] == list(expected)
     assert fusion_reports([], "AttentionFusion") == []
 
 
@@ -139,12 +174,13 @@ def test_cli_prints_fused_and_refused(tmp_path: Path) -> None:
     fused = tmp_path / "bert.onnx"
     onnx.save(fixture_model("attention/bert_basic"), fused)
     text = _cli(["explain", str(fused)])
-    assert "AttentionFusion: 1 fused, 0 refused" in text
-    assert "-> com.microsoft.Attention 'Attention'" in text
+    assert "AttentionFusion: 1 fused, " in text
+    assert f"fused     {LN!r} -> com.microsoft.Attention 'Attention'" in text
     refused = tmp_path / "kperm.onnx"
     onnx.save(fixture_model("attention/bert_k_perm"), refused)
     text = _cli(["explain", str(refused)])
-    assert "AttentionFusion: 0 fused, 1 refused" in text
+    assert "AttentionFusion: 0 fused, " in text
+    assert f"REFUSED   {LN!r}" in text
     assert "- k_transpose perm attribute not matched" in text
 
 
