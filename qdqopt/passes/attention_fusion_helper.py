@@ -23,8 +23,9 @@ Rules (ORT 1.32; each refusal below is ORT's VERBOSE ``DEBUG_LOG`` text where it
   3 when shared); the Gemm has 3 inputs, its bias an initializer of known shape ``[n]``; the Slice's starts, ends,
   axes are -1, >= INT_MAX, 0; the Concat's input 0 the value -1; the last Reshape's shape a Concat of 3 (one output
   edge) of ``Unsqueeze(axes [0]) <- Gather(axis 0, index i) <- Shape`` of the subgraph's input for i = 0, 1 (one
-  output edge each; shared: the Slice's Shape) and ``n``; ``ValidateGemmInitializer``: bias ``[W]`` (``[3W]`` before
-  the Split) and weight ``[W, W]`` (``[W, 3W]``), both initializers;
+  output edge each; shared: the Slice's Shape) and ``n``; those Unsqueezes' ``axes`` must be an attribute, so
+  from opset 13 on nothing matches ("unsqueeze_after_gather axes value not expected"); ``ValidateGemmInitializer``:
+  bias ``[W]`` (``[3W]`` before the Split) and weight ``[W, W]`` (``[W, 3W]``), both initializers;
 * the output projection: the Gemm subgraph at the residual Add's input 1, its input the output Reshape (5, 13) <-
   Transpose (1, 13) <- qkv MatMul (1, 9); path v: the qkv MatMul's input 1 (or, with past, a Concat (4, 11, 13)
   there and its input 1) <- Transpose <- Reshape <- Split (2, 11, 13) output 2, the Split's input the Gemm
