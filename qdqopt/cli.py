@@ -44,6 +44,7 @@ import warnings
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 
@@ -61,6 +62,10 @@ from qdqopt.plugins import installed_plugins, resolve_plugins
 from qdqopt.reference import ReferenceRun, check_accepted_in_child
 from qdqopt.registry import Plugin
 from qdqopt.target import Target
+
+if TYPE_CHECKING:
+    from qdqopt.explain import FusionSection
+    from qdqopt.passes.qdq_selector_action import UnitReport
 
 __all__ = ["main"]
 
@@ -351,7 +356,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from qdqopt.explain import explain
+    from qdqopt.explain import explain, explain_fusions
 
     config = _config(args.config)
     plugins = _plugins(args)
@@ -373,15 +378,42 @@ def cmd_explain(args: argparse.Namespace) -> int:
         outcomes = collections.Counter(cand.outcome for cand in found)
         print(f"summary: {outcomes['fused']} fused, {outcomes['refused']} refused")
         return 0
-    reports = explain(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
-    int8 = Target.detect().with_config(SessionConfig.from_mapping(config, warn=False)).int8_allowed
+    level = parse_level(args.level)
     if getattr(args, "json", False):
+        reports = (
+            explain(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
+            if level >= Level.EXTENDED
+            else []
+        )
+        int8 = Target.detect().with_config(SessionConfig.from_mapping(config, warn=False)).int8_allowed
         layout = None
-        if parse_level(args.level) >= Level.LAYOUT:
+        if level >= Level.LAYOUT:
             from qdqopt.explain import explain_layout
 
             layout = explain_layout(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
-        return _print_json(jsonout.explain_doc(str(args.input), parse_level(args.level), int8, reports, layout))
+        return _print_json(jsonout.explain_doc(str(args.input), level, int8, reports, layout))
+    if parse_level(args.level) >= Level.EXTENDED:
+        _print_units(args, explain(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins))
+    sections = explain_fusions(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
+    _print_fusions(sections)
+    if parse_level(args.level) >= Level.LAYOUT:
+        from qdqopt.explain import explain_layout
+
+        layout = explain_layout(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
+        print(f"Convs, pools and Resizes as NhwcTransformer sees them ({len(layout)})")
+        for item in layout:
+            verdict = "NHWC" if item.outcome == "nhwc" else "NCHW"
+            arrow = "->" if item.outcome == "nhwc" else "stays:"
+            print(f"  {verdict:<5} {item.name!r} ({item.op}) {arrow} {item.detail}")
+            for earlier in (r for r in item.reasons if r != item.detail):
+                print(f"          earlier: {earlier}")
+        tally = collections.Counter(item.outcome for item in layout)
+        print(f"summary: {tally['nhwc']} to NHWC, {tally['nchw']} stay NCHW")
+    return 0
+
+
+def _print_units(args: argparse.Namespace, reports: list[UnitReport]) -> None:
+    int8 = Target.detect().with_config(SessionConfig.from_mapping(_config(args.config), warn=False)).int8_allowed
     print(f"QDQ node units of {args.input} as QDQSelectorActionTransformer sees them (int8 allowed: {int8})")
     counts: collections.Counter[str] = collections.Counter()
     for report in reports:
@@ -399,20 +431,29 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for reason in report.reasons:
             print(f"            - {reason}")
     print("summary: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
-    if parse_level(args.level) >= Level.LAYOUT:
-        from qdqopt.explain import explain_layout
 
-        layout = explain_layout(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
-        print(f"Convs, pools and Resizes as NhwcTransformer sees them ({len(layout)})")
-        for item in layout:
-            verdict = "NHWC" if item.outcome == "nhwc" else "NCHW"
-            arrow = "->" if item.outcome == "nhwc" else "stays:"
-            print(f"  {verdict:<5} {item.name!r} ({item.op}) {arrow} {item.detail}")
-            for earlier in (r for r in item.reasons if r != item.detail):
-                print(f"          earlier: {earlier}")
-        tally = collections.Counter(item.outcome for item in layout)
-        print(f"summary: {tally['nhwc']} to NHWC, {tally['nchw']} stay NCHW")
-    return 0
+
+def _print_fusions(sections: list[FusionSection]) -> None:
+    """The transformer fusions' candidates, a section per pass that has any; the others on one line."""
+    quiet: list[str] = []
+    for section in sections:
+        if not section.candidates:
+            quiet.append(section.pass_name if section.status == "ran" else f"{section.pass_name} ({section.status})")
+            continue
+        tally = collections.Counter(c.outcome for c in section.candidates)
+        status = "" if section.status == "ran" else f" [{section.status}]"
+        print(f"{section.pass_name}{status}: {tally['fused']} fused, {tally['refused']} refused")
+        for c in section.candidates:
+            if c.outcome == "fused":
+                print(f"  fused     {c.candidate!r} -> {c.op} {c.node!r}")
+                for reason in c.reasons:
+                    print(f"            earlier: {reason}")
+            else:
+                print(f"  REFUSED   {c.candidate!r}")
+                for reason in c.reasons:
+                    print(f"            - {reason}")
+    if quiet:
+        print("transformer fusions without candidates: " + ", ".join(quiet))
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
@@ -621,7 +662,9 @@ def _parser() -> argparse.ArgumentParser:
     json_option(p)
     p.set_defaults(func=cmd_diff)
 
-    p = sub.add_parser("explain", help="list every QDQ node unit and why it was fused or not")
+    p = sub.add_parser(
+        "explain", help="list every QDQ node unit and transformer-fusion candidate: fused into what, or why not"
+    )
     p.add_argument("input")
     common(p)
     p.set_defaults(level="extended")

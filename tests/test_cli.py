@@ -169,9 +169,12 @@ def test_explain_names_the_units_that_stay_float(capsys: pytest.CaptureFixture[s
     assert "-> com.microsoft.QGemm" in allowed
 
 
-def test_explain_below_extended_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explain", str(example_model()), "--level", "basic"]) == 2
-    assert "does not run in this session" in capsys.readouterr().err
+def test_explain_at_basic_has_no_qdq_units(capsys: pytest.CaptureFixture[str]) -> None:
+    """Below EXTENDED the QDQ fusion does not run: explain shows only the Level1 transformer fusions."""
+    assert main(["explain", str(example_model()), "--level", "basic"]) == 0
+    out = capsys.readouterr().out
+    assert "QDQ node units" not in out
+    assert "GeluFusionL1" in out
 
 
 def _level_blocks(out: str) -> list[str]:
