@@ -27,7 +27,13 @@ from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import node_produces_graph_output
 from qdqopt.passes.qdq_util import is_dq, is_q, is_qdq_pair_supported
 
-__all__ = ["QDQFinalCleanupTransformer"]
+__all__ = ["QDQFinalCleanupTransformer", "second_is_removable"]
+
+
+def second_is_removable(graph: Graph, second: Node) -> bool:
+    """S feeds exactly one consumer and no graph output, or only a graph output: a Q whose output is read twice (a
+    kept Relu's Q, once the Relu is gone, read by a graph output's DQ and the next unit's DQ) keeps its pair."""
+    return len(graph.output_edges(second)) == (0 if node_produces_graph_output(graph, second) else 1)
 
 
 def _clean_up(graph: Graph, first: Node, *, dq_q: bool) -> bool:
@@ -47,10 +53,7 @@ def _clean_up(graph: Graph, first: Node, *, dq_q: bool) -> bool:
         q, dq = (second, first) if dq_q else (first, second)
         if not is_qdq_pair_supported(graph, q, dq, check_op_type=False):
             return False
-        # S feeds exactly one consumer (no graph output), or only a graph output: a Q whose output also feeds
-        # a second consumer (a kept Relu's Q read by the next unit's DQ and by a graph output's DQ) stays
-        n_edges = len(graph.output_edges(second))
-        if n_edges != (0 if node_produces_graph_output(graph, second) else 1):
+        if not second_is_removable(graph, second):
             return False
         seconds.append(second)
     in_edges = graph.input_edges(first)
