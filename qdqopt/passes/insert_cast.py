@@ -10,7 +10,9 @@ on the CPU, between Casts, then lets the remover cancel the Cast pairs between n
                w(fp16 init) ─┘                 w ── Cast(to=1) ───┘
                                                (the Cast(to=10)/Cast(to=1) pair on ``a`` was inserted, then removed)
 
-InsertCastTransformer, per graph (the main graph at level 0, each subgraph when its node is reached):
+InsertCastTransformer, per graph (the main graph at level 0, each subgraph when its node is reached), on the NodeArg
+types the last Resolve left (a value an earlier pass created untyped, as QDQS8ToU8Transformer's uint8 Q output and
+zero point, is typed first by the partitioner's inference, as ORT's Resolve after that pass typed it):
 
 1. **Isolated fp16 nodes** (``ForceSingleNodeCPUFloat16ToFloat32``), in node-index order, each decision seeing the
    earlier ones: a CPU node is un-assigned (EP ``""``) when it has an input edge, no subgraph, no graph output, at
