@@ -10,8 +10,9 @@ and returns either a :class:`Selection` (the DQs by input slot, the target, the 
 a :class:`~qdqopt.events.NoMatch`: the first check that failed, in ORT's check order, with the nodes it names (the
 transformer records it as a ``no-match`` event: :mod:`qdqopt.events`). Before any selector's own checks, a unit
 with a float8 (or float4) DQ input or Q output is refused: ORT 1.32's CPU selectors take none (measured for every
-rule kind; a dropped pair or a QLinear op of those types would have no CPU kernel). The six ``CanCreateNodeGroup`` messages are
-ORT's own words (typos included); every other reason is ours (ORT's ``Check`` functions just return false).
+rule kind; a dropped pair or a QLinear op of those types would have no CPU kernel). The six ``CanCreateNodeGroup``
+messages are ORT's own words (typos included); every other reason is ours (ORT's ``Check`` functions just return
+false).
 """
 
 from __future__ import annotations
