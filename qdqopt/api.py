@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import onnx
@@ -14,7 +14,7 @@ from qdqopt.config import SessionConfig
 from qdqopt.errors import UsageError
 from qdqopt.graph import Model, load_model, save_model
 from qdqopt.levels import Level, parse_level
-from qdqopt.manager import PipelineResult, Snapshot, run_pipeline
+from qdqopt.manager import EntryHook, PipelineResult, Snapshot, run_pipeline
 from qdqopt.passes.base import Unsupported
 from qdqopt.plugins import PluginSource, resolve_plugins
 from qdqopt.registry import Plugin, all_names
@@ -79,12 +79,19 @@ def run(
     target: Target | None = None,
     on_pass: Snapshot | None = None,
     plugins: Iterable[PluginSource] = (),
+    on_entry: EntryHook | None = None,
+    on_load: Callable[[Model], None] | None = None,
 ) -> OptimizeResult:
     """Optimize like an ORT CPU session would, and return the model with the trace.
 
     ``plugins`` are passes of one's own (``"module:Class"``, an installed entry point's name, a pass class or a
     :class:`~qdqopt.registry.Plugin`: see :mod:`qdqopt.plugins`), run at their declared places and marked in the
     trace; ``disabled`` switches them off by name like ORT's passes.
+
+    ``on_pass(name, graph)`` / ``on_entry(trace_entry, graph)`` are called after every pass application (raising
+    :class:`~qdqopt.manager.StopRun` there ends the run: ``pipeline.stopped``); ``on_load(model)`` with each model
+    loaded for a run (again when a pass declined the model and the run is redone without it), so that a hook can
+    save the model as it stands (:mod:`qdqopt.dumps`).
     """
     if isinstance(disabled, str):
         raise UsageError("disabled must be a list of names, not a single string")
@@ -96,6 +103,8 @@ def run(
     unsupported: dict[str, str] = {}
     while True:
         loaded = load_model(model, inline_local_functions=cfg.get("session.disable_aot_function_inlining") != "1")
+        if on_load is not None:
+            on_load(loaded)
         try:
             pipeline = run_pipeline(
                 loaded,
@@ -105,6 +114,7 @@ def run(
                 target=tgt,
                 on_pass=on_pass,
                 plugins=extra,
+                on_entry=on_entry,
             )
         except Unsupported as skipped:  # a pass does not cover this model: run again without it
             unsupported[skipped.name] = skipped.reason

@@ -3,12 +3,18 @@
 Commands::
 
     qdqopt optimize IN -o OUT [--level L] [--disable NAME[,NAME...]]... [--config KEY=VALUE]... [--plugin REF]...
-    qdqopt passes [--level L] [--config KEY=VALUE]... [--plugin REF]...
+                    [--dump-dir DIR] [--stop-after PASS[:N]]
+    qdqopt passes [--level L] [--config KEY=VALUE]... [--plugin REF]... [--json]
     qdqopt trace IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--ort [--isolate]] [--verbose [--why]]
-                 [--times]
-    qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--isolate]
-    qdqopt explain IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--all]
+                 [--times] [--json]
+    qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--isolate] [--json]
+    qdqopt explain IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--all] [--pass NAME] [--json]
+    qdqopt view IN [--app netron|model-explorer] [--level L [--stop-after PASS[:N]] [--disable ...] [--config ...]]
+    qdqopt bisect IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--tier T | --numerics TOL [--seed S]]
     qdqopt demo [--isolate]
+
+``--dump-dir`` and ``--stop-after``: :mod:`qdqopt.dumps`; ``--json``: :mod:`qdqopt.jsonout` and docs/json.md;
+``view``: :mod:`qdqopt.overlay`; ``bisect``: :mod:`qdqopt.bisect`.
 
 ``diff``, ``trace --ort`` and ``demo`` compare with ORT as a user runs it: only the ``--disable`` list and the
 ``--config`` entries given are applied, on both sides. A pass qdqopt lacks, or one that declines the model, does not
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import sys
 import tempfile
@@ -40,19 +47,19 @@ from pathlib import Path
 
 import onnx
 
-from qdqopt import __version__, events
+from qdqopt import __version__, events, jsonout
 from qdqopt.api import run
 from qdqopt.compare import ISOLATION, compare_level, run_paired
 from qdqopt.config import SessionConfig
+from qdqopt.dumps import run_with_dumps
+from qdqopt.dumps import write_atomic as _write_atomic
 from qdqopt.errors import QdqoptError, UsageError
-from qdqopt.graph import Model
-from qdqopt.graph.model import read_model_proto, write_model
+from qdqopt.graph.model import read_model_proto
 from qdqopt.levels import Level, parse_level
 from qdqopt.manager import PipelineResult
-from qdqopt.passes import GraphTransformer
 from qdqopt.plugins import installed_plugins, resolve_plugins
 from qdqopt.reference import ReferenceRun, check_accepted_in_child
-from qdqopt.registry import RULES, TRANSFORMERS, Plugin, registered_passes, with_plugins
+from qdqopt.registry import Plugin
 from qdqopt.target import Target
 
 __all__ = ["main"]
@@ -88,28 +95,6 @@ def _op_table(before: onnx.ModelProto, after: onnx.ModelProto) -> list[str]:
     return lines
 
 
-def _write_atomic(model: onnx.ModelProto | Model, path: Path) -> None:
-    """Write the model to a temporary file beside ``path``, then rename it over ``path`` (readers never see half a
-    file), with the mode a new file gets under the umask (``mkstemp`` makes it 0600). A :class:`Model` is written
-    without making its ModelProto (:func:`write_model`: one initializer at a time)."""
-    path = path.resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "wb") as handle:
-            if isinstance(model, Model):
-                write_model(model, handle)
-            else:
-                handle.write(model.SerializeToString())
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 # ------------------------------------------------------------------------------------------------------ commands
 def cmd_optimize(args: argparse.Namespace) -> int:
     source = Path(args.input)
@@ -119,10 +104,24 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     before, _ = read_model_proto(source, initializers=False)  # for the op table: the weights are not needed
     check_accepted_in_child(source)
     plugins = _plugins(args)
-    result = run(source, args.level, disabled=args.disable or (), config=_config(args.config), plugins=plugins)
+    dumped = run_with_dumps(
+        source,
+        args.level,
+        dump_dir=args.dump_dir,
+        stop_after=args.stop_after,
+        disabled=args.disable or (),
+        config=_config(args.config),
+        plugins=plugins,
+    )
+    result = dumped.result
     _write_atomic(result.loaded, out)
     after, _ = read_model_proto(out, initializers=False)
     print(f"qdqopt {__version__}: {source} -> {out} at {result.level.ort_name}")
+    if dumped.stopped_after is not None:
+        entry = dumped.stopped_after
+        print(f"stopped after {args.stop_after} ({entry.stage} step {entry.step + 1}): the output is that model")
+    if args.dump_dir is not None:
+        print(f"{len(dumped.dumps)} dumps (one per application that modified the graph) in {args.dump_dir}")
     print("\n".join(_op_table(before, after)))
     fired = [e for e in result.pipeline.trace if e.modified]
     print(f"passes that modified the graph: {', '.join(dict.fromkeys(e.name for e in fired)) or 'none'}")
@@ -135,21 +134,14 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _implementation(name: str) -> str:
-    """``yes``, ``no``, or ``part``: implemented, but declining the models it does not cover yet."""
-    cls: type[GraphTransformer] | None = TRANSFORMERS.get(name)
-    if cls is None:
-        return "no"
-    return "part" if cls.unsupported is not GraphTransformer.unsupported else "yes"
-
-
 def cmd_passes(args: argparse.Namespace) -> int:
     level = parse_level(args.level)
     cfg = SessionConfig.from_mapping(list(args.config or ()))
     target = Target.detect()
     plugins = _plugins(args)
-    plan = registered_passes(level, cfg, target, set(), plugins)
-    active = {(spec.name, spec.stage): rules for spec, rules in plan}
+    rows = jsonout.pass_rows(level, cfg, target, plugins, include_all=args.all)
+    if getattr(args, "json", False):
+        return _print_json(jsonout.passes_doc(level, cfg, target, rows))
     print(
         f"ORT 1.32 CPU passes at {level.ort_name} (target {target.machine}, int8 allowed: "
         f"{target.with_config(cfg).int8_allowed}, NCHWc block {target.nchwc_block_size})"
@@ -159,27 +151,25 @@ def cmd_passes(args: argparse.Namespace) -> int:
     legend += " (declines, with a reason, what it does not cover yet)"
     if plugins:
         legend += " | plugin (a pass of your own, not ORT's: ORT never runs it)"
-    n = 0
-    for spec in with_plugins(plugins):
-        key = (spec.name, spec.stage)
-        if key not in active and not args.all:
-            continue
-        if key not in active and spec.stage not in ("L0", "L1", "L2", "L3", "L4", "pre", "loop", "post"):
-            continue
-        n += 1
-        registered = key in active
-        impl = "plugin" if spec.is_plugin else "rules" if spec.rules else _implementation(spec.name)
-        gate = spec.gate_text + ("" if registered else "  [not registered for this session]")
-        print(f"  {n:>3}  {spec.name:<42} {spec.level_label:<9} {'yes' if spec.apply_once else '':<5} {impl:<5} {gate}")
-        for rule in spec.rules:
-            kept = registered and rule in active[key]
-            note = rule.gate_text + ("" if kept or not registered else "  [not registered]")
-            print(f"       - {rule.name:<40} {'rule':<9} {'':<5} {'yes' if rule.name in RULES else 'no':<5} {note}")
+    for row in rows:
+        registered = row["registered"]
+        gate = row["gate"] + ("" if registered else "  [not registered for this session]")
+        once = "yes" if row["apply_once"] else ""
+        print(f"  {row['index']:>3}  {row['name']:<42} {row['level']:<9} {once:<5} {row['impl']:<5} {gate}")
+        for rule in row["rules"]:
+            note = rule["gate"] + ("" if rule["registered"] or not registered else "  [not registered]")
+            print(f"       - {rule['name']:<40} {'rule':<9} {'':<5} {rule['impl']:<5} {note}")
     print(legend)
     installed = {k: v for k, v in installed_plugins().items() if k not in {p.source for p in plugins}}
     for name, value in installed.items():
         print(f"  installed plugin {name} = {value} (not active; --plugin {name} runs it)")
     return 0
+
+
+def _print_json(doc: dict[str, object], status: int = 0) -> int:
+    """Print a ``--json`` document (:mod:`qdqopt.jsonout`, schemas in docs/json.md) and return the exit code."""
+    print(json.dumps(doc, indent=2, ensure_ascii=False))
+    return status
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -204,6 +194,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
         notes = [pair.header(limit), *pair.notes(limit)]
     else:
         result = run(args.input, args.level, disabled=args.disable or (), config=_config(args.config), plugins=plugins)
+    if getattr(args, "json", False):
+        doc = jsonout.trace_doc(str(args.input), result, pair if args.ort else None, with_events=args.verbose)
+        comparison = doc["ort_comparison"]
+        return _print_json(doc, EXIT_DIFF if comparison is not None and not comparison["identical"] else 0)
     print(f"trace of {args.input} at {result.level.ort_name}")
     for note in notes:
         print(f"  {note}")
@@ -326,6 +320,14 @@ def cmd_diff(args: argparse.Namespace) -> int:
     worst = 0
     plugins = _plugins(args)
     own = {p.name for p in plugins}
+    if getattr(args, "json", False):
+        comps = [
+            compare_level(args.input, lv, config=cfg, disabled=args.disable or (), isolate=isolate, plugins=plugins)
+            for lv in levels
+        ]
+        mode = _mode_line(isolate, [n for n in args.disable or [] if n not in own])
+        doc = jsonout.diff_doc(str(args.input), cfg, mode, comps, args.max_lines)
+        return _print_json(doc, 0 if doc["equal"] else EXIT_DIFF)
     print(f"qdqopt vs ORT on {args.input}" + (f" with {cfg}" if cfg else ""))
     print(f"  {_mode_line(isolate, [n for n in args.disable or [] if n not in own])}")
     for level in levels:
@@ -353,8 +355,33 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     config = _config(args.config)
     plugins = _plugins(args)
+    if args.pass_name:
+        from qdqopt.explain import explain_pass
+
+        found = explain_pass(
+            args.input, args.pass_name, args.level, config=config, disabled=args.disable or (), plugins=plugins
+        )
+        if getattr(args, "json", False):
+            int8 = Target.detect().with_config(SessionConfig.from_mapping(config, warn=False)).int8_allowed
+            doc = jsonout.explain_doc(str(args.input), parse_level(args.level), int8, [], None)
+            return _print_json(jsonout.with_candidates(doc, args.pass_name, found))
+        print(f"Candidates of {args.pass_name} in {args.input} ({len(found)})")
+        for cand in found:
+            print(f"  {cand.outcome:<8} {cand.name!r}: {cand.detail}")
+            for reason in cand.reasons[1:]:
+                print(f"           - {reason}")
+        outcomes = collections.Counter(cand.outcome for cand in found)
+        print(f"summary: {outcomes['fused']} fused, {outcomes['refused']} refused")
+        return 0
     reports = explain(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
     int8 = Target.detect().with_config(SessionConfig.from_mapping(config, warn=False)).int8_allowed
+    if getattr(args, "json", False):
+        layout = None
+        if parse_level(args.level) >= Level.LAYOUT:
+            from qdqopt.explain import explain_layout
+
+            layout = explain_layout(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
+        return _print_json(jsonout.explain_doc(str(args.input), parse_level(args.level), int8, reports, layout))
     print(f"QDQ node units of {args.input} as QDQSelectorActionTransformer sees them (int8 allowed: {int8})")
     counts: collections.Counter[str] = collections.Counter()
     for report in reports:
@@ -385,6 +412,64 @@ def cmd_explain(args: argparse.Namespace) -> int:
                 print(f"          earlier: {earlier}")
         tally = collections.Counter(item.outcome for item in layout)
         print(f"summary: {tally['nhwc']} to NHWC, {tally['nchw']} stay NCHW")
+    return 0
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from qdqopt.bisect import bisect, bisect_numerics
+
+    cfg = _config(args.config)
+    if args.plugin:
+        raise UsageError("bisect searches ORT's own passes: --plugin is not supported here")
+    if args.numerics is not None:
+        found = bisect_numerics(
+            args.input, args.level, args.numerics, config=cfg, disabled=args.disable or (), seed=args.seed
+        )
+        print(f"qdqopt bisect --numerics on {args.input} at {found.level.ort_name}")
+        print("\n".join(found.lines()))
+        return EXIT_DIFF if found.first is not None else 0
+    print(f"qdqopt bisect on {args.input} at {parse_level(args.level).ort_name} (tier {args.tier}; ORT as run)")
+    result = bisect(
+        args.input,
+        args.level,
+        config=cfg,
+        disabled=args.disable or (),
+        tier=args.tier,
+        progress=lambda line: print(line, flush=True),
+    )
+    print("\n".join(result.lines()[len(result.log) :]))
+    return EXIT_DIFF if result.found else 0
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from qdqopt import overlay
+
+    problem = overlay.check_viewer(args.app)
+    if problem is not None:
+        raise UsageError(problem)
+    source = Path(args.input)
+    if args.level is None:
+        if args.stop_after or args.config or args.disable:
+            raise UsageError("--stop-after, --config and --disable need --level (view then optimizes the model)")
+        read_model_proto(source, initializers=False)  # a clear error for a file that is not a model
+        print(f"opening {source} in {args.app} (give --level for qdqopt's overlays)")
+        overlay.open_viewer(args.app, source, [], port=args.port, browse=not args.no_browser)
+        return 0
+    check_accepted_in_child(source)
+    cfg = _config(args.config)
+    dumped = run_with_dumps(
+        source, args.level, stop_after=args.stop_after, disabled=args.disable or (), config=cfg, plugins=_plugins(args)
+    )
+    result = dumped.result
+    with tempfile.TemporaryDirectory(prefix="qdqopt-view-") as tmp:
+        shown = Path(tmp) / f"{source.stem}.{result.level.name.lower()}.onnx"
+        _write_atomic(result.loaded, shown)
+        data: list[Path] = []
+        if args.app == "model-explorer":
+            ort_model = overlay.ort_reference_model(source, args.level, cfg, args.disable or ())
+            data = overlay.write_node_data(overlay.node_overlay(result, ort_model), Path(tmp))
+        print(f"opening {source} optimized at {result.level.ort_name} in {args.app}")
+        overlay.open_viewer(args.app, shown, data, port=args.port, browse=not args.no_browser)
     return 0
 
 
@@ -465,6 +550,9 @@ def _parser() -> argparse.ArgumentParser:
                 help="transformer or rule to disable (repeatable; a comma-separated list works too)",
             )
 
+    def json_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--json", action="store_true", help="print one JSON document instead (schema: docs/json.md)")
+
     def isolate_option(p: argparse.ArgumentParser, *, strict: bool = True) -> None:
         group = p.add_mutually_exclusive_group()
         group.add_argument(
@@ -481,11 +569,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("input")
     p.add_argument("-o", "--output", required=True)
     common(p)
+    p.add_argument(
+        "--dump-dir",
+        metavar="DIR",
+        help="also write the model after every pass application that modified it: DIR/<NN>_<level>_<step>_<pass>.onnx",
+    )
+    p.add_argument(
+        "--stop-after",
+        metavar="PASS[:N]",
+        help="stop right after the N-th application (default 1) of transformer PASS; the output is that model",
+    )
     p.set_defaults(func=cmd_optimize)
 
     p = sub.add_parser("passes", help="list ORT's passes for a level, in order, and which qdqopt implements")
     common(p, disable=False)
     p.add_argument("--all", action="store_true", help="also list passes not registered for this session")
+    json_option(p)
     p.set_defaults(func=cmd_passes)
 
     p = sub.add_parser("trace", help="print each pass and whether it modified the graph, as ORT's INFO log does")
@@ -509,6 +608,7 @@ def _parser() -> argparse.ArgumentParser:
         " each unit fused or dropped, each NHWC conversion and Transpose push",
     )
     p.add_argument("--times", action="store_true", help="each pass application's wall time (with its Resolve)")
+    json_option(p)
     p.set_defaults(func=cmd_trace)
 
     p = sub.add_parser("diff", help="compare qdqopt with real ORT at tiers N, S, X (and P: bytes)")
@@ -518,6 +618,7 @@ def _parser() -> argparse.ArgumentParser:
     isolate_option(p)
     p.add_argument("--max-lines", type=int, default=8, help="differences shown per level")
     p.add_argument("--verbose", "-v", action="store_true", help="name every pass in the notes on how ORT was run")
+    json_option(p)
     p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("explain", help="list every QDQ node unit and why it was fused or not")
@@ -525,7 +626,45 @@ def _parser() -> argparse.ArgumentParser:
     common(p)
     p.set_defaults(level="extended")
     p.add_argument("--all", action="store_true", help="also list nodes no fusion rule applies to")
+    p.add_argument(
+        "--pass",
+        dest="pass_name",
+        metavar="NAME",
+        help="instead: every candidate of this fusion pass (e.g. EmbedLayerNormFusion), fused into what or refused why",
+    )
+    json_option(p)
     p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser(
+        "bisect",
+        help="the first pass application after which qdqopt can no longer reach ORT's result (or, with --numerics,"
+        " after which the outputs move more than TOL)",
+    )
+    p.add_argument("input")
+    common(p)
+    p.add_argument("--tier", default="X", help="the tier that must hold to agree with ORT (N, S, X or P; default X)")
+    p.add_argument(
+        "--numerics",
+        type=float,
+        metavar="TOL",
+        help="instead: the first application whose dump's outputs differ from the input model's by more than TOL"
+        " (max |diff|; ORT CPU at DISABLE_ALL on seeded inputs, in a child process)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs of --numerics")
+    p.set_defaults(func=cmd_bisect)
+
+    p = sub.add_parser(
+        "view",
+        help="open a model or a dump in Netron or Model Explorer (with --level: optimized, with qdqopt's overlays)",
+    )
+    p.add_argument("input")
+    common(p)
+    p.set_defaults(level=None)
+    p.add_argument("--app", choices=["netron", "model-explorer"], default="netron", help="the viewer (default netron)")
+    p.add_argument("--stop-after", metavar="PASS[:N]", help="with --level: show the model right after that application")
+    p.add_argument("--port", type=int, help="the viewer's port")
+    p.add_argument("--no-browser", action="store_true", help="serve without opening a browser")
+    p.set_defaults(func=cmd_view)
 
     p = sub.add_parser("demo", help="trace and diff the bundled example model at every level")
     isolate_option(p, strict=False)

@@ -380,6 +380,10 @@ def _random_inputs(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
     return feeds
 
 
+#: the seeded random inputs tier N feeds both models (public for :mod:`qdqopt.bisect`)
+random_inputs = _random_inputs
+
+
 def run_numbers(
     model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], base_dir: str | os.PathLike[str] | None = None
 ) -> list[np.ndarray]:

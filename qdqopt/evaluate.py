@@ -52,6 +52,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from qdqopt.graph.schema import parse_type_string
+
 __all__ = ["NodeEvaluation", "clear_cache", "evaluate_node"]
 
 _CACHE: OrderedDict[str, NodeEvaluation] = OrderedDict()
@@ -213,13 +215,9 @@ def _shape_of(shape: object) -> tuple[int | None, ...] | None:
 
 
 def _elem_type(type_str: str) -> int:
-    if type_str.startswith("tensor(") and type_str.endswith(")"):
-        name = type_str[len("tensor(") : -1].upper()
-        try:
-            return int(onnx.TensorProto.DataType.Value(name))
-        except ValueError:
-            return 0
-    return 0
+    """The element type of an ORT tensor type string (``tensor(float)``), 0 for any other."""
+    found = parse_type_string(type_str) if type_str.startswith("tensor(") else None
+    return int(found.tensor_type.elem_type) if found is not None else 0
 
 
 def _has_cpu_kernel(model: onnx.ModelProto, output_types: Sequence[str]) -> bool:

@@ -34,9 +34,12 @@ if TYPE_CHECKING:
 __all__ = [
     "FUSION_PASS",
     "NHWC_PASS",
+    "CandidateReport",
     "LayoutReport",
+    "candidate_reports",
     "explain",
     "explain_layout",
+    "explain_pass",
     "layout_reports",
     "recorded",
 ]
@@ -52,6 +55,19 @@ class LayoutReport:
 
     name: str
     op: str
+    outcome: str
+    detail: str
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CandidateReport:
+    """One candidate of a fusion pass that reports per candidate (``no-match`` and ``fused`` events whose first node
+    is the candidate, e.g. EmbedLayerNormFusion's LayerNormalizations): ``fused`` (``detail``: what it became) or
+    ``refused`` (``detail``: the check that refused it, ORT's words where ORT logs any; ``reasons``: every reason
+    recorded, innermost first)."""
+
+    name: str
     outcome: str
     detail: str
     reasons: tuple[str, ...] = ()
@@ -173,4 +189,40 @@ def layout_reports(recorded_events: Iterable[events.Event]) -> list[LayoutReport
         else:
             why = tuple(dict.fromkeys(p.reason for p in pushes))
             reports.append(LayoutReport(first.node_name, first.op, "nchw", pushes[-1].reason, why))
+    return reports
+
+
+def explain_pass(
+    model: str | os.PathLike[str] | onnx.ModelProto,
+    pass_name: str,
+    level: Level | int | str = "extended",
+    *,
+    config: Mapping[str, object] | Iterable[str] | None = None,
+    disabled: Iterable[str] = (),
+    plugins: Iterable[PluginSource] = (),
+) -> list[CandidateReport]:
+    """For every candidate the pass ``pass_name`` looked at in its first application: fused into what, or which
+    check refused it (from its ``fused`` and ``no-match`` events)."""
+    if pass_name not in TRANSFORMERS:
+        raise UsageError(f"explain --pass needs {pass_name}, which qdqopt does not implement (or is not ORT's)")
+    found = recorded(model, level, pass_name, config=config, disabled=disabled, plugins=plugins)
+    if found is None:
+        raise UsageError(f"{pass_name} does not run in this session (level, disabled, or gated off)")
+    return candidate_reports(found)
+
+
+def candidate_reports(recorded_events: Iterable[events.Event]) -> list[CandidateReport]:
+    """One report per candidate named first by a ``fused`` or ``no-match`` event, in the order first seen."""
+    seen: dict[str, list[events.Event]] = {}
+    for event in recorded_events:
+        if event.kind in (events.Kind.FUSED, events.Kind.NO_MATCH) and event.nodes:
+            seen.setdefault(event.nodes[0], []).append(event)
+    reports: list[CandidateReport] = []
+    for name, found in seen.items():
+        fused = next((e for e in found if e.kind == events.Kind.FUSED), None)
+        if fused is not None:
+            reports.append(CandidateReport(name, "fused", fused.text))
+            continue
+        reasons = tuple(e.text for e in found)
+        reports.append(CandidateReport(name, "refused", reasons[0], reasons))
     return reports

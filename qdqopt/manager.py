@@ -38,7 +38,7 @@ from qdqopt.passes.insert_cast import InsertCastTransformer, RemoveDuplicateCast
 from qdqopt.registry import PassSpec, Plugin, RuleSpec, implementation, registered_passes, rule_implementation
 from qdqopt.target import Target
 
-__all__ = ["MAX_STEPS", "PipelineResult", "TraceEntry", "run_pipeline"]
+__all__ = ["MAX_STEPS", "PipelineResult", "StopRun", "TraceEntry", "run_pipeline"]
 
 MAX_STEPS = 10
 
@@ -91,6 +91,8 @@ class PipelineResult:
 
 
 Snapshot = Callable[[str, Graph], None]
+#: called after every transformer application with its trace entry and the graph as the application left it
+EntryHook = Callable[["TraceEntry", Graph], None]
 
 
 def op_counts(graph: Graph) -> collections.Counter[str]:
@@ -128,13 +130,16 @@ def run_pipeline(
     on_pass: Snapshot | None = None,
     stop_before: str | None = None,
     plugins: Sequence[Plugin] = (),
+    on_entry: EntryHook | None = None,
 ) -> PipelineResult:
     """Run ORT's session transformations on ``model`` in place.
 
     ``plugins`` (passes of one's own) run at their declared places; their trace entries are marked
     (:attr:`TraceEntry.plugin`). With ``stop_before``, the run stops right before the first application of that
     transformer (the graph is then exactly what that pass would see; ``PipelineResult.context`` is the context it
-    would get).
+    would get). ``on_pass(name, graph)`` and ``on_entry(entry, graph)`` are called after every application (the
+    latter with its :class:`TraceEntry`); either may raise :class:`StopRun` to end the run right there
+    (``PipelineResult.stopped``).
     """
     cfg = config or SessionConfig()
     tgt = target or Target.detect()
@@ -183,6 +188,8 @@ def run_pipeline(
         result.trace.append(entry)
         if on_pass is not None:
             on_pass(spec.name, graph)
+        if on_entry is not None:
+            on_entry(entry, graph)
         return modified
 
     def apply_insert_cast() -> bool:
@@ -216,13 +223,14 @@ def run_pipeline(
             if modified:
                 _log_changes(log, insert_spec.name, insert_changes)
         for spec, delta in ((remove_spec, _delta(middle, after)), (insert_spec, _delta(before, middle))):
-            result.trace.append(
-                TraceEntry(
-                    spec.name, spec.stage, 0, modified, True, delta if modified else {}, seconds=seconds[spec.name]
-                )
+            entry = TraceEntry(
+                spec.name, spec.stage, 0, modified, True, delta if modified else {}, seconds=seconds[spec.name]
             )
+            result.trace.append(entry)
             if on_pass is not None:
                 on_pass(spec.name, graph)
+            if on_entry is not None:
+                on_entry(entry, graph)
         return modified
 
     def apply_level(stage: str) -> bool:
@@ -258,13 +266,16 @@ def run_pipeline(
     try:
         with events.recording(log):
             _run_stages(graph, ctx, cfg, by_stage, apply, apply_level, apply_insert_cast)
-    except _Stop:
+    except StopRun:
         result.stopped = True
     return result
 
 
-class _Stop(Exception):
-    """Raised to end a run at ``stop_before``."""
+class StopRun(Exception):
+    """Raised to end a run at ``stop_before``, or by a snapshot hook to end it right after an application."""
+
+
+_Stop = StopRun
 
 
 def _run_stages(

@@ -53,6 +53,7 @@ from qdqopt.passes.cse import CommonSubexpressionElimination
 from qdqopt.passes.double_qdq import DoubleQDQPairsRemover
 from qdqopt.passes.dq_matmulnbits_fusion import DQMatMulNBitsFusion
 from qdqopt.passes.dynamic_quantize_matmul import DynamicQuantizeMatMulFusion
+from qdqopt.passes.embed_layer_norm_fusion import EmbedLayerNormFusion
 from qdqopt.passes.ensure_unique_dq import EnsureUniqueDQForNodeUnit
 from qdqopt.passes.fast_gelu_fusion import FastGeluFusion
 from qdqopt.passes.free_dimension_override import FreeDimensionOverrideTransformer
@@ -314,7 +315,7 @@ PASSES: tuple[PassSpec, ...] = (
     PassSpec("LayerNormFusionL2", "L2", LayerNormFusionL2, "LayerNormFusion", eps=_CPU),
     PassSpec("SimplifiedLayerNormFusion", "L2", SimplifiedLayerNormFusion, eps=_CPU),
     PassSpec("AttentionFusion", "L2", AttentionFusion, eps=_CPU),
-    PassSpec("EmbedLayerNormFusion", "L2", None, eps=_CPU),
+    PassSpec("EmbedLayerNormFusion", "L2", EmbedLayerNormFusion, eps=_CPU),
     PassSpec("GatherSliceToSplitFusion", "L2", GatherSliceToSplitFusion, eps=_CPU),
     PassSpec("GatherToSliceFusion", "L2", GatherToSliceFusion, eps=_CPU),
     PassSpec("MatmulTransposeFusion", "L2", MatmulTransposeFusion, eps=_CPU),

@@ -13,7 +13,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from fixtures import MODELS_DIR, REALARCH, all_fixtures
+from fixtures import MODELS_DIR, REALARCH, TRANSFORMERS, all_fixtures
 from qdqopt.errors import ReferenceError
 from qdqopt.reference import check_accepted
 
@@ -61,10 +61,10 @@ def fixture_names() -> list[str]:
     return [f.name for f in all_fixtures()]
 
 
-# The real-architecture fixtures (fixtures.REALARCH) have hundreds of nodes: the per-fixture sweeps (every test
-# parametrized by a fixture ``name``, or by the ``path`` of its file in fixtures/models) run them all only with
-# QDQOPT_FULL=1, and otherwise a seeded sample of them; the others are collected, marked slow and skipped with the
-# reason below (see pytest_collection_modifyitems).
+# The real-architecture fixtures (fixtures.REALARCH) and the transformer fixtures (fixtures.TRANSFORMERS) have
+# hundreds of nodes: the per-fixture sweeps (every test parametrized by a fixture ``name``, or by the ``path`` of its
+# file in fixtures/models) run them all only with QDQOPT_FULL=1, and otherwise a seeded sample of each group; the
+# others are collected, marked slow and skipped with the reasons below (see pytest_collection_modifyitems).
 FULL = os.environ.get("QDQOPT_FULL") == "1"
 
 
@@ -81,8 +81,22 @@ def realarch_sample() -> frozenset[str]:
     return frozenset(rng.choice(names) for _, names in sorted(groups.items()))
 
 
+@functools.cache
+def transformers_sample() -> frozenset[str]:
+    """The transformer fixtures the sweeps run without QDQOPT_FULL=1: one of each kind (float export,
+    quantize_static QDQ, quantize_dynamic, MatMulNBits), drawn with a fixed seed from the sorted names."""
+    if FULL:
+        return frozenset(TRANSFORMERS)
+    groups: dict[str, list[str]] = {}
+    for name in sorted(TRANSFORMERS):
+        groups.setdefault(TRANSFORMERS[name][0], []).append(name)
+    rng = random.Random(11)
+    return frozenset(rng.choice(names) for _, names in sorted(groups.items()))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     sample = realarch_sample()
+    transformers = transformers_sample()
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = callspec.params if callspec is not None else {}
@@ -92,6 +106,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if isinstance(name, str) and name in REALARCH and name not in sample:
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.skip(reason="real-architecture fixture outside the CI sample (QDQOPT_FULL=1)"))
+        if isinstance(name, str) and name in TRANSFORMERS and name not in transformers:
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.skip(reason="transformer fixture outside the CI sample (QDQOPT_FULL=1)"))
 
 
 def final_reorder_outputs(model: onnx.ModelProto | None) -> int:

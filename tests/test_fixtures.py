@@ -174,7 +174,7 @@ def test_registry_names_unique_and_order_deterministic() -> None:
     assert len(NAMES) == len(set(NAMES))
     assert [f.name for f in fixtures.all_fixtures()] == NAMES
     assert NAMES[: len(fixtures.COMMITTED)] == list(fixtures.COMMITTED)
-    assert {f.kind for f in ALL} <= {"pt2e", "ortquant", "handbuilt"}
+    assert {f.kind for f in ALL} <= {"pt2e", "ortquant", "handbuilt", "float", "ortdynamic", "ortnbits"}
     assert all(f.description for f in ALL)
     assert fixtures.get("eudq/dq_shared_among_nodes").name == "eudq/dq_shared_among_nodes"
     with pytest.raises(KeyError):

@@ -96,7 +96,8 @@ def _corpus_sample() -> list[str]:
 
 
 def _fixture_sample() -> list[str]:
-    names = sorted(f.name for f in fixtures.all_fixtures() if f.name not in fixtures.REALARCH and not f.ort_crashes)
+    big = {*fixtures.REALARCH, *fixtures.TRANSFORMERS}
+    names = sorted(f.name for f in fixtures.all_fixtures() if f.name not in big and not f.ort_crashes)
     rest = [n for n in names if n not in FEATURED_FIXTURES]
     return [*FEATURED_FIXTURES, *random.Random(SEED).sample(rest, min(SAMPLE_SIZE, len(rest)))]
 
