@@ -68,7 +68,12 @@ class Result:
 
 
 def _generic(line: str) -> str:
-    """A difference line with the model-specific parts (names, counts, numbers) blurred, to group alike ones."""
+    """A difference line with the model-specific parts (names, counts, numbers) blurred, to group alike ones; an
+    op-count line keeps its op types, with the sign of each difference."""
+    m = re.match(r"(\[S\] op counts: qdqopt minus ORT: )\{(.*)\}$", line)
+    if m:
+        items = re.findall(r"'([^']+)': (-?)\d+", m.group(2))
+        return m.group(1) + ", ".join(f"{'-' if neg else '+'}{op}" for op, neg in items)
     line = re.sub(r"'[^']*'", "'…'", line)
     line = line[:4] + re.sub(r"\[[^\]]*\]", "[…]", line[4:])
     line = re.sub(r"\{[^}]*\}", "{…}", line)
