@@ -9,6 +9,7 @@ Commands::
     qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--isolate]
     qdqopt explain IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--all]
     qdqopt demo [--isolate]
+    qdqopt fuzz [--seed S] [--budget N] [--jobs J] [--shard I/N] [--out DIR] [--level L]... [--no-shrink]
 
 ``diff``, ``trace --ort`` and ``demo`` compare with ORT as a user runs it: only the ``--disable`` list and the
 ``--config`` entries given are applied, on both sides. A pass qdqopt lacks, or one that declines the model, does not
@@ -424,6 +425,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return status
 
 
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    from qdqopt.fuzz.cli import run_fuzz
+
+    return run_fuzz(args)
+
+
 # ---------------------------------------------------------------------------------------------------------- main
 class _NameList(argparse.Action):
     """``--disable A --disable B,C`` -> ``[A, B, C]`` (ORT's transformer and rule names never hold a comma)."""
@@ -530,6 +537,12 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="trace and diff the bundled example model at every level")
     isolate_option(p, strict=False)
     p.set_defaults(func=cmd_demo)
+
+    from qdqopt.fuzz.cli import add_arguments
+
+    p = sub.add_parser("fuzz", help="differential fuzzing: generated QDQ graphs through ORT and qdqopt")
+    add_arguments(p)
+    p.set_defaults(func=cmd_fuzz)
     return parser
 
 

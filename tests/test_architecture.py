@@ -65,6 +65,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("qdqopt.manager", "qdqopt.plugins"),
     ("qdqopt.api", "qdqopt.reference", "qdqopt.diff", "qdqopt"),  # the package itself re-exports the API
     ("qdqopt.compare", "qdqopt.explain"),
+    ("qdqopt.fuzz",),  # qdqopt fuzz: generated graphs through ORT and qdqopt in child processes
     ("qdqopt.cli",),
 )
 

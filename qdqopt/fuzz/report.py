@@ -53,9 +53,14 @@ def save_finding(out: Path, finding: Finding, small: bytes, count: int, signatur
 
 def summary_lines(run: FuzzRun) -> list[str]:
     """The end-of-run table: outcomes per kind (rows) and level (columns), then one line per class of finding."""
-    levels = sorted({lvl for _, lvl in run.counts}, key=lambda x: ("disable_all", "basic", "extended", "layout",
-                                                                  "all", "-").index(x) if x in (
-        "disable_all", "basic", "extended", "layout", "all", "-") else 9)
+    levels = sorted(
+        {lvl for _, lvl in run.counts},
+        key=lambda x: (
+            ("disable_all", "basic", "extended", "layout", "all", "-").index(x)
+            if x in ("disable_all", "basic", "extended", "layout", "all", "-")
+            else 9
+        ),
+    )
     kinds = sorted({k for k, _ in run.counts}, key=lambda k: (k in FINDING_KINDS, k))
     i, n = run.shard
     rate = run.cases / run.seconds if run.seconds else 0.0

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any
 
 import onnx
 
@@ -90,7 +90,7 @@ class Worker:
         proc.stdin.write(json.dumps(task) + "\n")
         proc.stdin.flush()
         stage: str | None = None
-        self.pair: list[str] | None = None
+        self.pair = None
         timer = threading.Timer(self.timeout, proc.kill)
         timer.start()
         try:
@@ -122,7 +122,7 @@ class Worker:
         self.proc = None
 
 
-def _lines(stream: TextIO) -> Iterable[str]:
+def _lines(stream: IO[str]) -> Iterable[str]:
     while True:
         line = stream.readline()
         if not line:
@@ -148,7 +148,9 @@ def run_case(
         if result is not None:
             outcomes.extend(result["outcomes"])
             return outcomes
-        how = f"signal {-code}" if code is not None and code < 0 else "hung (killed)" if code is None else f"exit {code}"
+        how = (
+            f"signal {-code}" if code is not None and code < 0 else "hung (killed)" if code is None else f"exit {code}"
+        )
         what = (stage or "start").split()
         detail = f"the child process died ({how}) during {stage or 'start-up'}"
         if what[0] in ("ort-run-input", "start"):  # running the model itself at DISABLE_ALL, before any pair
@@ -263,8 +265,15 @@ def fuzz(
                         run.counts[key] = run.counts.get(key, 0) + 1
                         if o["kind"] in FINDING_KINDS:
                             run.findings.append(
-                                Finding(case.seed, case.index, o["kind"], o.get("level", "-"), o.get("config", "-"),
-                                        str(o.get("detail", "")), case.model)
+                                Finding(
+                                    case.seed,
+                                    case.index,
+                                    o["kind"],
+                                    o.get("level", "-"),
+                                    o.get("config", "-"),
+                                    str(o.get("detail", "")),
+                                    case.model,
+                                )
                             )
                     if progress is not None:
                         rate = run.cases / max(time.monotonic() - started, 1e-9)
@@ -302,4 +311,5 @@ def fuzz(
 
 
 def load_case_model(data: bytes) -> onnx.ModelProto:
-    return onnx.ModelProto.FromString(data)
+    model: onnx.ModelProto = onnx.ModelProto.FromString(data)
+    return model

@@ -129,14 +129,18 @@ def candidates(model: onnx.ModelProto) -> Iterator[onnx.ModelProto]:
         yield prune(m)
 
 
-def _shows(worker: Worker, model: onnx.ModelProto, finding: Finding, folder: str,
-           ours_disabled: Sequence[str]) -> bool:
+def _shows(worker: Worker, model: onnx.ModelProto, finding: Finding, folder: str, ours_disabled: Sequence[str]) -> bool:
     path = os.path.join(folder, "shrink.onnx")
     with open(path, "wb") as handle:
         handle.write(model.SerializeToString())
     drift = finding.kind in ("ort-drift", "ort-own-output")
-    outcomes = run_case(worker, path, [(finding.level, finding.config)] if finding.level != "disable_all" else [],
-                        ours_disabled=ours_disabled, drift=drift or finding.level == "disable_all")
+    outcomes = run_case(
+        worker,
+        path,
+        [(finding.level, finding.config)] if finding.level != "disable_all" else [],
+        ours_disabled=ours_disabled,
+        drift=drift or finding.level == "disable_all",
+    )
     return any(o["kind"] == finding.kind and o.get("level") == finding.level for o in outcomes)
 
 
@@ -164,4 +168,5 @@ def shrink_model(
                 break
             if checks >= max_checks:
                 break
-    return best.SerializeToString()
+    data: bytes = best.SerializeToString()
+    return data

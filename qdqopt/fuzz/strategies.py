@@ -63,7 +63,8 @@ class RandomChoices:
         self.rnd = rnd
 
     def pick(self, options: Sequence[T]) -> T:
-        return options[self.rnd.randrange(len(options))]
+        picked: T = options[self.rnd.randrange(len(options))]
+        return picked
 
     def integer(self, low: int, high: int) -> int:
         return int(self.rnd.randint(low, high))
@@ -199,8 +200,14 @@ class Builder:
         mid = (low + high + 1) // 2
         return int(self.ch.pick([0, low, high, mid, mid - 1, low + 1, high - 1, 0 if low < 0 else mid]))
 
-    def qparams_const(self, qtype: int, n: int = 1, axis: int | None = None, block: int | None = None,
-                      dims: Sequence[int] | None = None) -> tuple[str, str | None]:
+    def qparams_const(
+        self,
+        qtype: int,
+        n: int = 1,
+        axis: int | None = None,
+        block: int | None = None,
+        dims: Sequence[int] | None = None,
+    ) -> tuple[str, str | None]:
         """Scale and zero point inputs; ``n`` values per axis (or ``dims`` for blocked)."""
         how = self.ch.pick(["init"] * 6 + ["constant", "input"])
         shape: list[int] = list(dims) if dims is not None else ([n] if axis is not None else [])
@@ -236,7 +243,7 @@ class Builder:
         (q,) = self.node("QuantizeLinear", ins, domain=self.qdomain, **attrs)
         return QParams(q, qtype, scale, zp_name)
 
-    def dequantize(self, qp: QParams, shape: list[int | str]) -> Tensor:
+    def dequantize(self, qp: QParams, shape: Sequence[int | str]) -> Tensor:
         scale, zp = qp.scale, qp.zp
         if self.ch.chance(15):  # the DQ with its own copy of the parameters (ORT's ConstantSharing may merge them)
             pass
@@ -371,8 +378,9 @@ def op_conv_transpose(b: Builder) -> bool:
     w = b.weight([c, cout, k, k], axis=1)
     xin = b.qdq(x)
     bias = b.bias(cout)
-    (y,) = b.node("ConvTranspose", [xin.name, w] + ([bias] if bias else []), kernel_shape=[k, k],
-                  strides=[stride, stride])
+    (y,) = b.node(
+        "ConvTranspose", [xin.name, w] + ([bias] if bias else []), kernel_shape=[k, k], strides=[stride, stride]
+    )
     h, wd = (int(d) for d in _static(x.shape)[2:])
     b.out(y, [x.shape[0], cout, (h - 1) * stride + k, (wd - 1) * stride + k])
     return True
@@ -436,7 +444,10 @@ def op_binary(b: Builder) -> bool:
         rng = np.random.default_rng(b.counter)
         vals = (rng.random(shape) + 0.5).astype(np.float32)
         if b.ch.chance(50):
-            q = b.const("c", np.clip(np.round(vals * 10), 1, 100).astype(np.uint8 if b.act_type == TensorProto.UINT8 else np.int8))
+            q = b.const(
+                "c",
+                np.clip(np.round(vals * 10), 1, 100).astype(np.uint8 if b.act_type == TensorProto.UINT8 else np.int8),
+            )
             qtype = TensorProto.UINT8 if b.act_type == TensorProto.UINT8 else TensorProto.INT8
             scale, zp = b.qparams_const(qtype)
             other = b.dequantize(QParams(q, qtype, scale, zp), shape).name
@@ -528,7 +539,9 @@ def op_concat(b: Builder) -> bool:
     x = b.pick_tensor()
     if x is None or len(x.shape) < 2:
         return False
-    same = [t for t in b.tensors if len(t.shape) == len(x.shape) and t.shape[:1] + t.shape[2:] == x.shape[:1] + x.shape[2:]]
+    same = [
+        t for t in b.tensors if len(t.shape) == len(x.shape) and t.shape[:1] + t.shape[2:] == x.shape[:1] + x.shape[2:]
+    ]
     parts = [x, b.ch.pick(same)]
     if b.ch.chance(30):
         parts.append(b.ch.pick(same))
@@ -548,7 +561,9 @@ def op_split(b: Builder) -> bool:
     if b.opset >= 18 and b.ch.chance(50):
         outs = b.node("Split", [xin.name], n_out=2, axis=1, num_outputs=2)
     else:
-        outs = b.node("Split", [xin.name, b.const("split", np.array([c // 2, c // 2], dtype=np.int64))], n_out=2, axis=1)
+        outs = b.node(
+            "Split", [xin.name, b.const("split", np.array([c // 2, c // 2], dtype=np.int64))], n_out=2, axis=1
+        )
     for o in outs:
         b.out(o, [x.shape[0], c // 2, *x.shape[2:]])
     return True
@@ -558,8 +573,21 @@ def op_shape_ops(b: Builder) -> bool:
     x = b.pick_tensor()
     if x is None:
         return False
-    op = b.ch.pick(["Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Slice", "Pad", "Gather", "Expand",
-                    "Tile", "DepthToSpace"])
+    op = b.ch.pick(
+        [
+            "Reshape",
+            "Flatten",
+            "Transpose",
+            "Squeeze",
+            "Unsqueeze",
+            "Slice",
+            "Pad",
+            "Gather",
+            "Expand",
+            "Tile",
+            "DepthToSpace",
+        ]
+    )
     xin = b.qdq(x)
     shape = list(x.shape)
     dims = _static(shape)
@@ -572,7 +600,7 @@ def op_shape_ops(b: Builder) -> bool:
         new: list[int | str] = [shape[0], int(np.prod(dims[1:]))]
     elif op == "Flatten":
         (y,) = b.node("Flatten", [xin.name], axis=1)
-        new = [shape[0], int(np.prod(dims[1:]))] if not isinstance(shape[0], str) else [shape[0], int(np.prod(dims[1:]))]
+        new = [shape[0], int(np.prod(dims[1:]))]
     elif op == "Transpose":
         perm = list(range(rank))[::-1] if b.ch.chance(30) else ([0, 2, 3, 1] if rank == 4 else list(range(rank))[::-1])
         (y,) = b.node("Transpose", [xin.name], perm=perm)
@@ -592,8 +620,12 @@ def op_shape_ops(b: Builder) -> bool:
         if n < 2:
             return False
         step = b.ch.pick([1, 1, 2])
-        ins = [xin.name, b.const("starts", np.array([0], dtype=np.int64)),
-               b.const("ends", np.array([n - 1], dtype=np.int64)), b.const("axes", np.array([axis], dtype=np.int64))]
+        ins = [
+            xin.name,
+            b.const("starts", np.array([0], dtype=np.int64)),
+            b.const("ends", np.array([n - 1], dtype=np.int64)),
+            b.const("axes", np.array([axis], dtype=np.int64)),
+        ]
         if step != 1:
             ins.append(b.const("steps", np.array([step], dtype=np.int64)))
         (y,) = b.node("Slice", ins)
@@ -693,12 +725,18 @@ def op_if(b: Builder) -> bool:
     for tag, op in (("then", "Relu"), ("else", b.ch.pick(["Sigmoid", "Identity", "Relu"]))):
         dq_out, y = f"{tag}_{b.counter}_dq", f"{tag}_{b.counter}_y"
         nodes = [
-            helper.make_node("DequantizeLinear", [qp.q, qp.scale] + ([qp.zp] if qp.zp else []), [dq_out],
-                             name=f"{tag}_dq_{b.counter}", domain=b.qdomain or None),
+            helper.make_node(
+                "DequantizeLinear",
+                [qp.q, qp.scale] + ([qp.zp] if qp.zp else []),
+                [dq_out],
+                name=f"{tag}_dq_{b.counter}",
+                domain=b.qdomain or None,
+            ),
             helper.make_node(op, [dq_out], [y], name=f"{tag}_op_{b.counter}"),
         ]
-        branches.append(helper.make_graph(nodes, f"{tag}_{b.counter}", [],
-                                          [helper.make_tensor_value_info(y, b.ftype, None)]))
+        branches.append(
+            helper.make_graph(nodes, f"{tag}_{b.counter}", [], [helper.make_tensor_value_info(y, b.ftype, None)])
+        )
         outs.append(y)
     (y,) = b.node("If", [cond_name], then_branch=branches[0], else_branch=branches[1])
     b.out(y, list(x.shape))

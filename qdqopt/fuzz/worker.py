@@ -188,7 +188,10 @@ def _drift(
             err = float(np.max(np.abs(x[finite] - y[finite]), initial=0.0))
             span = float(np.max(np.abs(y[finite]), initial=0.0))
             if err > n_q * step and err > 1e-2 * max(span, 1.0):
-                return {"kind": "ort-drift", "detail": f"output {name}: max |diff| {err:.4g} > {n_q} steps of {step:.3g}"}
+                return {
+                    "kind": "ort-drift",
+                    "detail": f"output {name}: max |diff| {err:.4g} > {n_q} steps of {step:.3g}",
+                }
         elif a.dtype.kind in "iu":
             err = float(np.max(np.abs(a.astype(np.int64) - b.astype(np.int64)), initial=0))
             if err > n_q:
