@@ -107,18 +107,21 @@ class Worker:
         finally:
             timer.cancel()
         code = proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            stream.close()
         self.proc = None
         return None, stage, code if code != -9 else None
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            assert self.proc.stdin is not None
+            assert self.proc.stdin is not None and self.proc.stdout is not None
             self.proc.stdin.close()
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+            self.proc.stdout.close()
         self.proc = None
 
 
