@@ -89,7 +89,7 @@ class HypothesisChoices:
         return int(self.draw(self.st.integers(low, high)))
 
     def chance(self, percent: int) -> bool:
-        return int(self.draw(self.st.integers(0, 99))) >= 100 - percent
+        return int(self.draw(self.st.integers(0, 99))) < percent
 
 
 @dataclass
@@ -735,7 +735,9 @@ def op_if(b: Builder) -> bool:
             helper.make_node(op, [dq_out], [y], name=f"{tag}_op_{b.counter}"),
         ]
         branches.append(
-            helper.make_graph(nodes, f"{tag}_{b.counter}", [], [helper.make_tensor_value_info(y, b.ftype, list(x.shape))])
+            helper.make_graph(
+                nodes, f"{tag}_{b.counter}", [], [helper.make_tensor_value_info(y, b.ftype, list(x.shape))]
+            )
         )
         outs.append(y)
     (y,) = b.node("If", [cond_name], then_branch=branches[0], else_branch=branches[1])
@@ -775,26 +777,46 @@ OPS: dict[str, tuple[Callable[[Builder], bool], int]] = {
 _OP_TABLE = [name for name, (_, w) in OPS.items() for _ in range(w)]
 
 
-def _types(ch: Choices, opset: int, qdomain: str) -> tuple[int, int]:
-    act = [TensorProto.UINT8, TensorProto.UINT8, TensorProto.INT8]
-    wts = [TensorProto.INT8, TensorProto.INT8, TensorProto.UINT8]
-    if qdomain == MS or opset >= 21:
-        act += [TensorProto.UINT16, TensorProto.INT16]
-        wts += [TensorProto.INT4, TensorProto.UINT4, TensorProto.INT16]
-    if qdomain == "" and opset >= 19 and ch.chance(15):
-        f8 = ch.pick(list(FLOAT8))
-        return f8, f8
-    return ch.pick(act), ch.pick(wts)
+U8, S8, U16, S16, U4, S4 = (
+    TensorProto.UINT8,
+    TensorProto.INT8,
+    TensorProto.UINT16,
+    TensorProto.INT16,
+    TensorProto.UINT4,
+    TensorProto.INT4,
+)
+#: (activation type, weight type, needs: "" any, "16" u16/s16 Q/DQ, "4" int4 weights, "f8" float8)
+SCHEMES = [
+    (U8, S8, ""),
+    (U8, U8, ""),
+    (S8, S8, ""),
+    (U8, S8, ""),
+    (U16, S8, "16"),
+    (S16, S8, "16"),
+    (U16, U16, "16"),
+    (U8, S4, "4"),
+    (U16, U4, "4"),
+    (TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FN, "f8"),
+    (TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2, "f8"),
+]
+
+
+def _setup(ch: Choices) -> tuple[int, str, int, int]:
+    """Opset, Q/DQ domain, activation and weight types: the scheme first, then a domain and an opset that have it
+    (16-bit and 4-bit Q/DQ: opset 21 or com.microsoft; float8: opset 19, ONNX domain)."""
+    act, wts, needs = ch.pick(SCHEMES)
+    qdomain = "" if needs == "f8" else (MS if ch.chance(25) else "")
+    low = 19 if needs == "f8" else (21 if needs in ("16", "4") and qdomain == "" else 13)
+    opset = ch.pick([o for o in (13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23) if o >= low])
+    return opset, qdomain, act, wts
 
 
 def build_model(ch: Choices, max_ops: int = 6) -> onnx.ModelProto:
     """One QDQ model from ``ch``'s choices (see the module doc)."""
-    opset = ch.pick([13, 17, 19, 21, 13, 15, 18, 20, 22, 23, 21, 14, 16])
-    qdomain = MS if ch.chance(20) else ""
+    opset, qdomain, act, wts = _setup(ch)
     ftype = TensorProto.FLOAT
-    if ch.chance(12) and (opset >= 19 or qdomain == MS):
+    if ch.chance(20) and (opset >= 19 or qdomain == MS):
         ftype = TensorProto.FLOAT16
-    act, wts = _types(ch, opset, qdomain)
     b = Builder(ch, opset, qdomain, ftype, act, wts)
     batch: int | str = "N" if ch.chance(20) else 1
     rank = ch.pick([4, 4, 4, 2, 3])
