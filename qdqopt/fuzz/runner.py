@@ -230,6 +230,7 @@ def fuzz(
     configs: Sequence[str] = tuple(CONFIGS),
     out: Path | None = None,
     shrink: bool = True,
+    shrink_checks: int = 150,
     max_ops: int = 6,
     ours_disabled: Sequence[str] = (),
     drift: bool = True,
@@ -302,7 +303,9 @@ def fuzz(
                     if shrink:
                         if progress is not None:
                             progress(f"shrinking {signature}")
-                        small = shrink_model(worker, first, tmp.name, ours_disabled=ours_disabled)
+                        small = shrink_model(
+                            worker, first, tmp.name, ours_disabled=ours_disabled, max_checks=shrink_checks
+                        )
                     if out is not None:
                         run.saved[signature] = save_finding(out, first, small, len(group), signature)
             finally:

@@ -18,6 +18,7 @@ them); :func:`generate` collects a seeded, deterministic run of it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -897,8 +898,6 @@ def generate(seed: int, budget: int, max_ops: int = 6) -> list[GeneratedCase]:
         if len(found) >= budget:
             raise _Enough
 
-    try:
+    with contextlib.suppress(_Enough):
         collect()
-    except _Enough:
-        pass
     return [GeneratedCase(seed, i, m) for i, m in enumerate(list(found)[:budget])]

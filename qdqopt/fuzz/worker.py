@@ -78,12 +78,13 @@ def _run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.nda
     return run_numbers(model, feeds)
 
 
-_NAME = re.compile(r"'[^']*'|\"[^\"]*\"|\b[\w.]*_\d+\w*\b|\d+(\.\d+)?")
+_NUMBER = re.compile(r"(?<![A-Za-z])-?\d+(\.\d+)?(e-?\d+)?|_\d+")
 
 
 def normalize(text: str) -> str:
-    """A message with names and numbers blanked: what groups findings into classes."""
-    return _NAME.sub("#", text)[:200]
+    """A message with numbers and generated name counters blanked (``conv_12`` -> ``conv#``): what groups findings
+    into classes (op types and pass names stay)."""
+    return _NUMBER.sub("#", text)[:200]
 
 
 def check_pair(
