@@ -37,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-ops", type=int, default=6, help="most ops per generated graph")
     p.add_argument("--no-shrink", action="store_true", help="save the models as generated")
+    p.add_argument("--shrink-seconds", type=float, default=1800.0, help="time for shrinking, all classes together")
     p.add_argument("--no-drift", action="store_true", help="do not hold ORT's outputs against its DISABLE_ALL ones")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
 
@@ -69,6 +70,7 @@ def run_fuzz(args: argparse.Namespace) -> int:
         levels=tuple(args.level or LEVELS),
         out=args.out,
         shrink=not args.no_shrink,
+        shrink_seconds=args.shrink_seconds,
         max_ops=args.max_ops,
         drift=not args.no_drift,
         progress=progress,

@@ -19,7 +19,9 @@ from qdqopt.fuzz.runner import CONFIGS, FINDING_KINDS, ORT_KINDS, Finding, FuzzR
 __all__ = ["save_finding", "summary_lines"]
 
 
-def save_finding(out: Path, finding: Finding, small: bytes, count: int, signature: str) -> Path:
+def save_finding(
+    out: Path, finding: Finding, small: bytes, count: int, signature: str, levels: list[str] | None = None
+) -> Path:
     """Write one class's minimal model, original model and description under ``out``; returns its folder."""
     import onnxruntime
 
@@ -39,7 +41,8 @@ def save_finding(out: Path, finding: Finding, small: bytes, count: int, signatur
         "config_name": finding.config,
         "detail": finding.detail,
         "class": signature,
-        "cases_in_class": count,
+        "findings_in_class": count,
+        "levels": levels or [finding.level],
         "seed": finding.seed,
         "index": finding.index,
         "nodes": len(shrunk.graph.node),
@@ -80,7 +83,11 @@ def summary_lines(run: FuzzRun) -> list[str]:
         where = run.saved.get(signature)
         first = group[0]
         lines.append(f"  {len(group):>4} x {signature}")
-        lines.append(f"         first: case {first.index} ({first.config}): {first.detail[:160]}")
+        seen_at = ", ".join(dict.fromkeys(f.level for f in group))
+        configs = ", ".join(dict.fromkeys(f.config for f in group))
+        cases = len({f.index for f in group})
+        lines.append(f"         {cases} cases; levels {seen_at}; configs {configs}")
+        lines.append(f"         first: case {first.index} at {first.level} ({first.config}): {first.detail[:160]}")
         if where is not None:
             lines.append(f"         saved: {where}")
     return lines

@@ -187,10 +187,11 @@ class Finding:
 
     @property
     def signature(self) -> str:
-        """The finding's class: its kind, level and message with names and numbers blanked."""
+        """The finding's class: its kind and its message with numbers and name counters blanked (the same fault
+        seen at several levels is one class)."""
         from qdqopt.fuzz.worker import normalize
 
-        return f"{self.kind} | {self.level} | {normalize(self.detail)}"
+        return f"{self.kind} | {normalize(self.detail)}"
 
 
 @dataclass
@@ -230,7 +231,8 @@ def fuzz(
     configs: Sequence[str] = tuple(CONFIGS),
     out: Path | None = None,
     shrink: bool = True,
-    shrink_checks: int = 150,
+    shrink_checks: int = 60,
+    shrink_seconds: float = 1800.0,
     max_ops: int = 6,
     ours_disabled: Sequence[str] = (),
     drift: bool = True,
@@ -297,17 +299,22 @@ def fuzz(
         if shrink or out is not None:
             worker = Worker()
             try:
+                order = {lvl: i for i, lvl in enumerate(("disable_all", "basic", "extended", "layout", "all"))}
+                deadline = time.monotonic() + shrink_seconds
                 for signature, group in run.classes().items():
-                    first = group[0]
+                    # the lowest level that shows it, the smallest model first
+                    first = min(group, key=lambda f: (order.get(f.level, 9), len(f.model)))
                     small = first.model
-                    if shrink:
+                    if shrink and time.monotonic() < deadline:
                         if progress is not None:
                             progress(f"shrinking {signature}")
                         small = shrink_model(
                             worker, first, tmp.name, ours_disabled=ours_disabled, max_checks=shrink_checks
                         )
                     if out is not None:
-                        run.saved[signature] = save_finding(out, first, small, len(group), signature)
+                        run.saved[signature] = save_finding(
+                            out, first, small, len(group), signature, list(dict.fromkeys(f.level for f in group))
+                        )
             finally:
                 worker.close()
     finally:
