@@ -49,7 +49,8 @@ def run_fuzz(args: argparse.Namespace) -> int:
     except ImportError:
         raise UsageError("qdqopt fuzz needs hypothesis (pip install -e '.[dev]')") from None
     from qdqopt.fuzz.report import summary_lines
-    from qdqopt.fuzz.runner import LEVELS, fuzz
+    from qdqopt.fuzz.runner import LEVELS
+    from qdqopt.fuzz.session import fuzz
 
     if args.budget < 1 or args.jobs < 1:
         raise UsageError("--budget and --jobs must be at least 1")
