@@ -1,7 +1,7 @@
 """Shrinking a model that shows a finding to a smaller one that still shows it (delta debugging on nodes).
 
-Each step proposes a smaller model and keeps it when the same finding (kind, level, config) still shows, checked in
-the worker child like any case:
+Each step proposes a smaller model and keeps it when the same finding still shows (kind and level, and the same first
+difference or message once numbers and name counters are blanked), checked in the worker child like any case:
 
 * drop a graph output (when there are several), then every node and initializer nothing uses any more;
 * *cut* at a node: its outputs become graph inputs (with the types ONNX's inference gives them) and what only fed it
@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 import onnx
 
 from qdqopt.fuzz.runner import Finding, Worker, run_case
+from qdqopt.fuzz.worker import normalize
 
 __all__ = ["candidates", "prune", "shrink_model"]
 
@@ -141,7 +142,21 @@ def _shows(worker: Worker, model: onnx.ModelProto, finding: Finding, folder: str
         ours_disabled=ours_disabled,
         drift=drift or finding.level == "disable_all",
     )
-    return any(o["kind"] == finding.kind and o.get("level") == finding.level for o in outcomes)
+    want = _gist(finding.kind, finding.detail)
+    return any(
+        o["kind"] == finding.kind
+        and o.get("level") == finding.level
+        and _gist(o["kind"], str(o.get("detail", ""))) == want
+        for o in outcomes
+    )
+
+
+def _gist(kind: str, detail: str) -> str:
+    """What must stay the same while shrinking, so that the shrinker does not wander off to another fault: the first
+    difference or message, numbers and name counters blanked (ORT's findings: only the kind)."""
+    if kind.startswith("ort-") or kind in ("qdqopt-crash", "compare-crash"):
+        return ""
+    return normalize(detail.split("; ", maxsplit=1)[0])
 
 
 def shrink_model(
