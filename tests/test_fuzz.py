@@ -22,7 +22,8 @@ pytest.importorskip("hypothesis")
 from qdqopt.cli import main
 from qdqopt.errors import UsageError
 from qdqopt.fuzz.cli import parse_shard
-from qdqopt.fuzz.runner import FINDING_KINDS, Finding, Worker, fuzz, run_case, shard_cases
+from qdqopt.fuzz.runner import FINDING_KINDS, ORT_KINDS, Finding, FuzzRun, Worker, run_case, shard_cases
+from qdqopt.fuzz.session import fuzz
 from qdqopt.fuzz.shrink import candidates, prune
 from qdqopt.fuzz.strategies import generate
 from qdqopt.fuzz.worker import check_pair
