@@ -232,9 +232,12 @@ def handle(task: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def main() -> int:
+    import resource
     import warnings
 
     warnings.simplefilter("ignore")
+    # an abort in ORT's C++ ends this child (the parent reports it): no core file to write
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     for line in sys.stdin:
         if not line.strip():
             continue
