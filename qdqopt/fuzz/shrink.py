@@ -134,7 +134,7 @@ def _shows(worker: Worker, model: onnx.ModelProto, finding: Finding, folder: str
     path = os.path.join(folder, "shrink.onnx")
     with open(path, "wb") as handle:
         handle.write(model.SerializeToString())
-    drift = finding.kind in ("ort-drift", "ort-own-output")
+    drift = finding.kind in ("ort-drift", "ort-own-output", "ort-level-reject")
     outcomes = run_case(
         worker,
         path,
