@@ -12,6 +12,7 @@ Commands::
     qdqopt view IN [--app netron|model-explorer] [--level L [--stop-after PASS[:N]] [--disable ...] [--config ...]]
     qdqopt bisect IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--tier T | --numerics TOL [--seed S]]
     qdqopt demo [--isolate]
+    qdqopt fuzz [--seed S] [--budget N] [--jobs J] [--shard I/N] [--out DIR] [--level L]... [--no-shrink]
 
 ``--dump-dir`` and ``--stop-after``: :mod:`qdqopt.dumps`; ``--json``: :mod:`qdqopt.jsonout` and docs/json.md;
 ``view``: :mod:`qdqopt.overlay`; ``bisect``: :mod:`qdqopt.bisect`.
@@ -550,6 +551,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return status
 
 
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    from qdqopt.fuzz.cli import run_fuzz
+
+    return run_fuzz(args)
+
+
 # ---------------------------------------------------------------------------------------------------------- main
 class _NameList(argparse.Action):
     """``--disable A --disable B,C`` -> ``[A, B, C]`` (ORT's transformer and rule names never hold a comma)."""
@@ -712,6 +719,12 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="trace and diff the bundled example model at every level")
     isolate_option(p, strict=False)
     p.set_defaults(func=cmd_demo)
+
+    from qdqopt.fuzz.cli import add_arguments
+
+    p = sub.add_parser("fuzz", help="differential fuzzing: generated QDQ graphs through ORT and qdqopt")
+    add_arguments(p)
+    p.set_defaults(func=cmd_fuzz)
     return parser
 
 
