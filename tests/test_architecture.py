@@ -65,6 +65,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("qdqopt.manager", "qdqopt.plugins"),
     ("qdqopt.api", "qdqopt.reference", "qdqopt.diff", "qdqopt"),  # the package itself re-exports the API
     ("qdqopt.compare", "qdqopt.explain"),
+    ("qdqopt.report",),  # the HTML report: reads runs, comparisons and explain
     ("qdqopt.cli",),
 )
 

@@ -82,19 +82,23 @@ def _values_text(array: np.ndarray) -> str:
     return f"[{flat.size}] {int(flat.min())}..{int(flat.max())}"
 
 
+def _short_name(name: str, limit: int = 22) -> str:
+    return name if len(name) <= limit else name[: limit // 2 - 1] + "\u2026" + name[-(limit // 2) :]
+
+
 def _qdq_lines(graph: Graph, op: str, inputs: Sequence[str], attrs: Mapping[str, onnx.AttributeProto]) -> list[str]:
     """A Q or DQ node's scale and zero point (and axis when per channel), as its label shows them."""
     lines: list[str] = []
     scale = graph.constant_array(inputs[1]) if len(inputs) > 1 and inputs[1] else None
     zp_name = inputs[2] if len(inputs) > 2 else ""
     zero = graph.constant_array(zp_name) if zp_name else None
-    lines.append(f"scale {_values_text(scale)}" if scale is not None else "scale (not constant)")
+    lines.append(f"scale {_values_text(scale)}" if scale is not None else f"scale from {_short_name(inputs[1])}")
     if zero is not None:
         tensor = graph.constant_initializer(zp_name)
         elem = _SHORT_TYPES.get(tensor.data_type, "") if tensor is not None else ""
         lines.append(f"zp {_values_text(zero)} {elem}".rstrip())
     elif zp_name:
-        lines.append("zp (not constant)")
+        lines.append(f"zp from {_short_name(zp_name)}")
     else:
         lines.append("zp absent (0)")
     if scale is not None and scale.size > 1:
@@ -469,10 +473,10 @@ def cut_pieces(before: Skeleton, after: Skeleton, changes: Changes, types_before
         context = before.ring(group["b"]) | after.ring(group["a"])
         drawn_b = group["b"] | {i for i in context if i in before.nodes}
         drawn_a = group["a"] | {i for i in context if i in after.nodes}
-        region_b = _region(before, drawn_b, {i: status_b[i] for i in group["b"]}, types_before)
-        region_a = _region(after, drawn_a, {i: status_a[i] for i in group["a"]}, types_after)
+        region_b = _region(before, drawn_b, _statuses(status_b, group["b"]), types_before)
+        region_a = _region(after, drawn_a, _statuses(status_a, group["a"]), types_after)
         signature = _signature(region_b, region_a, group)
-        first = [before.nodes[i].name for i in sorted(group["b"])] or [after.nodes[i].name for i in sorted(group["a"])]
+        first = [after.nodes[i].name for i in sorted(group["a"])] or [before.nodes[i].name for i in sorted(group["b"])]
         place = first[0] if first else "?"
         if signature in by_shape:
             by_shape[signature].places.append(place)
@@ -481,6 +485,12 @@ def cut_pieces(before: Skeleton, after: Skeleton, changes: Changes, types_before
         by_shape[signature] = piece
         pieces.append(piece)
     return pieces, not_drawn
+
+
+def _statuses(status: Mapping[int, str], group: set[int]) -> dict[int, str]:
+    """The piece's own nodes with their status; nodes other pieces of the same application touched as ``also-``
+    that status (drawn as neighbours, lightly marked)."""
+    return {i: (s if i in group else f"{CONTEXT} also-{s}") for i, s in status.items()}
 
 
 def _signature(before: Region, after: Region, group: Mapping[str, set[int]]) -> tuple[object, ...]:

@@ -49,6 +49,11 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _html_text(text: str) -> str:
+    """Text inside a Graphviz HTML-like label (measured with the bold face for the op, as the SVG draws it)."""
+    return html.escape(text, quote=False)
+
+
 def _short(name: str, limit: int = 30) -> str:
     return name if len(name) <= limit else name[: limit // 2 - 1] + "\u2026" + name[-(limit // 2) :]
 
@@ -65,10 +70,11 @@ def _dot_source(key: str, region: Region) -> str:
         f'edge [fontname="{FONT}" fontsize=8 arrowsize=0.6];',
     ]
     for node in region.nodes:
-        label = "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"') for line in _node_lines(
-            node.op, node.name, node.lines
-        ))
-        out.append(f'n{node.index} [label="{label}"];')
+        lines = _node_lines(node.op, node.name, node.lines)
+        label = f"<B>{_html_text(lines[0])}</B>" + "".join(
+            f'<BR/><FONT POINT-SIZE="9">{_html_text(line)}</FONT>' for line in lines[1:]
+        )
+        out.append(f"n{node.index} [label=<{label}>];")
     for i, (value, _, _) in enumerate(region.graph_inputs):
         out.append(f'i{i} [shape=ellipse fontsize=8 label={_quote(_short(value, 24))}];')
     for i, (value, _, _) in enumerate(region.graph_outputs):
@@ -191,10 +197,11 @@ def _svg(layout: _Layout, region: Region, side: str) -> str:
             f"<title>{html.escape(tip)}</title>"
             f'<rect x="{x - nw / 2:.1f}" y="{y - nh / 2:.1f}" width="{nw:.1f}" height="{nh:.1f}" rx="4"/>'
         )
-        top = y - (len(lines) - 1) * LINE / 2 + FONT_SIZE * 0.35
+        spacing = min(LINE, (nh - 4) / len(lines))
+        top = y - (len(lines) - 1) * spacing / 2 + FONT_SIZE * 0.35
         for i, line in enumerate(lines):
             cls = "op" if i == 0 else "nm" if i == 1 else "d"
-            out.append(f'<text class="{cls}" x="{x:.1f}" y="{top + i * LINE:.1f}">{html.escape(line)}</text>')
+            out.append(f'<text class="{cls}" x="{x:.1f}" y="{top + i * spacing:.1f}">{html.escape(line)}</text>')
         out.append("</g>")
     out.append("</svg>")
     return "".join(out)

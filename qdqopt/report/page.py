@@ -56,6 +56,8 @@ svg.drawing g.n rect{fill:#f4f6f8;stroke:#8895a2}svg.drawing g.added rect{fill:#
 stroke-width:2}svg.drawing g.removed rect{fill:#fde2e2;stroke:#b42318;stroke-width:2;stroke-dasharray:4 2}
 svg.drawing g.rewired rect{fill:#fff1c7;stroke:#b7791f;stroke-width:2}
 svg.drawing g.io ellipse{fill:#fff;stroke:#8895a2}
+svg.drawing g.also-removed rect{fill:#fdf1f1;stroke:#d79a94;stroke-dasharray:4 2}
+svg.drawing g.also-added rect{fill:#eefaee;stroke:#8cc58c}svg.drawing g.also-rewired rect{fill:#fff8e3}
 details.noop{margin:4px 0 4px 6px;color:#56606b}details.noop li{font-family:ui-monospace,monospace;font-size:12px}
 .legend span{display:inline-block;padding:0 6px;margin-right:6px;border:1px solid}
 .legend .added{background:#d9f5d9;border-color:#217a21}.legend .removed{background:#fde2e2;border-color:#b42318}
@@ -277,7 +279,8 @@ def _timeline(setup: SetupResult, svgs: Drawings, index: int) -> str:
         f"<p>{len(setup.trace)} transformer applications, {modified} of which modified the graph. "
         "<button onclick='toggleNoop(this)'>show the passes that did not modify the graph</button></p>"
         "<p class=legend><span class=added>added</span><span class=removed>removed</span>"
-        "<span class=rewired>rewired</span><span class=context>one ring of neighbours</span> "
+        "<span class=rewired>rewired</span><span class=context>one ring of neighbours</span>(pale: changed by the "
+        "same application elsewhere) "
         "<span style='border:0'>Edges carry the tensor's type; a Q or DQ shows its scale and zero point; hover a "
         "node for its attributes. Rewrites of the same shape are drawn once.</span></p>"
     )
