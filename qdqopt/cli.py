@@ -414,7 +414,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(out)
-    print(f"report: {out} ({len(page.encode()) / 1024:.0f} KiB; {len(setups)} setup(s) side by side; open it in a browser)")
+    size = len(page.encode()) / 1024
+    print(f"report: {out} ({size:.0f} KiB; {len(setups)} setup(s) side by side; open it in a browser)")
     return 0
 
 

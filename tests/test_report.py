@@ -145,11 +145,12 @@ class _Dom(html.parser.HTMLParser):
     def handle_data(self, data: str) -> None:
         if self._in_title:
             self.title += data
-        if self._section is not None and self._svg_side == "after" and self._node is not None:
-            if self._text_cls == "op" and "added" in self._node:
-                drawn = self._section["drawn_added"]
-                assert isinstance(drawn, set)
-                drawn.add(data)
+        node = self._node
+        in_after = self._section is not None and self._svg_side == "after" and node is not None
+        if in_after and node is not None and self._section is not None and self._text_cls == "op" and "added" in node:
+            drawn = self._section["drawn_added"]
+            assert isinstance(drawn, set)
+            drawn.add(data)
 
 
 def _dom(text: str) -> _Dom:
@@ -247,8 +248,8 @@ def _unfilter_slow(kind: int, line: list[int], prev: list[int], bpp: int) -> np.
 
 def _assert_not_blank(png: Path) -> None:
     pixels = _png_pixels(png.read_bytes())[:, :, :3]
-    colours = collections.Counter(map(bytes, pixels.reshape(-1, 3)[:: 7]))
-    background, most = colours.most_common(1)[0]
+    colours = collections.Counter(map(bytes, pixels.reshape(-1, 3)[::7]))
+    _, most = colours.most_common(1)[0]
     share = 1 - most / sum(colours.values())
     assert len(colours) > 20 and share > 0.02, f"blank screenshot: {len(colours)} colours, {share:.1%} non-background"
 

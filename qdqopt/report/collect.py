@@ -35,7 +35,7 @@ __all__ = ["Application", "Collector", "Piece", "Region", "RegionEdge", "RegionN
 ADDED, REMOVED, REWIRED, CONTEXT = "added", "removed", "rewired", "context"
 
 _QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
-_SHORT_TYPES = {
+_SHORT_TYPES: dict[int, str] = {
     onnx.TensorProto.FLOAT: "f32",
     onnx.TensorProto.FLOAT16: "f16",
     onnx.TensorProto.BFLOAT16: "bf16",
@@ -59,7 +59,7 @@ def type_text(type_proto: onnx.TypeProto | None) -> str:
     tt = type_proto.tensor_type
     if not tt.elem_type:
         return ""
-    elem = _SHORT_TYPES.get(tt.elem_type) or onnx.TensorProto.DataType.Name(tt.elem_type).lower()
+    elem = _SHORT_TYPES.get(int(tt.elem_type)) or str(onnx.TensorProto.DataType.Name(tt.elem_type)).lower()
     if not tt.HasField("shape"):
         return elem
     dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
@@ -95,7 +95,7 @@ def _qdq_lines(graph: Graph, op: str, inputs: Sequence[str], attrs: Mapping[str,
     lines.append(f"scale {_values_text(scale)}" if scale is not None else f"scale from {_short_name(inputs[1])}")
     if zero is not None:
         tensor = graph.constant_initializer(zp_name)
-        elem = _SHORT_TYPES.get(tensor.data_type, "") if tensor is not None else ""
+        elem = _SHORT_TYPES.get(int(tensor.data_type), "") if tensor is not None else ""
         lines.append(f"zp {_values_text(zero)} {elem}".rstrip())
     elif zp_name:
         lines.append(f"zp from {_short_name(zp_name)}")
@@ -126,9 +126,9 @@ def _attr_text(attr: onnx.AttributeProto) -> str | None:
 _SHOWN_ATTRS = ("activation", "perm", "axis", "channels_last", "to", "alpha", "transA", "transB", "group")
 
 
-def _label_lines(graph: Graph, op_type: str, inputs: Sequence[str], attrs: Mapping[str, onnx.AttributeProto]) -> tuple[
-    list[str], list[str]
-]:
+def _label_lines(
+    graph: Graph, op_type: str, inputs: Sequence[str], attrs: Mapping[str, onnx.AttributeProto]
+) -> tuple[list[str], list[str]]:
     """The lines a node's box shows under its op and name, and the attributes its tooltip lists."""
     tip: list[str] = []
     for name, attr in attrs.items():
@@ -139,8 +139,8 @@ def _label_lines(graph: Graph, op_type: str, inputs: Sequence[str], attrs: Mappi
         return _qdq_lines(graph, op_type, inputs, attrs), tip
     shown = []
     for name in _SHOWN_ATTRS:
-        attr = attrs.get(name)
-        text = _attr_text(attr) if attr is not None else None
+        found = attrs.get(name)
+        text = _attr_text(found) if found is not None else None
         if text is not None and len(text) <= 24:
             shown.append(f"{name}={text}")
     return shown[:2], tip
@@ -304,7 +304,7 @@ class TypeMap:
 def _parse_type_text(text: str) -> onnx.TypeProto | None:
     """The inverse of :func:`type_text` (for giving a region's inputs their known types)."""
     elem_text, _, rest = text.partition("[")
-    by_short = {v: k for k, v in _SHORT_TYPES.items()}
+    by_short: dict[str, int] = {v: k for k, v in _SHORT_TYPES.items()}
     elem = by_short.get(elem_text)
     if elem is None:
         return None
@@ -416,9 +416,9 @@ class _Union:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
-def cut_pieces(before: Skeleton, after: Skeleton, changes: Changes, types_before: TypeMap, types_after: TypeMap) -> (
-    tuple[list[Piece], int]
-):
+def cut_pieces(
+    before: Skeleton, after: Skeleton, changes: Changes, types_before: TypeMap, types_after: TypeMap
+) -> tuple[list[Piece], int]:
     """The pieces of one application's change (see the module doc), grouped by shape; and how many touched nodes
     are not in the main graph (not drawn)."""
     removed = {i for i, name, _ in changes.removed if i in before.nodes and before.nodes[i].name == name}
@@ -499,9 +499,7 @@ def _signature(before: Region, after: Region, group: Mapping[str, set[int]]) -> 
     def side(region: Region, touched: set[int]) -> tuple[object, ...]:
         ops = {n.index: n.op for n in region.nodes}
         nodes = sorted((n.op, n.status) for n in region.nodes if n.index in touched)
-        edges = sorted(
-            (ops[e.src], ops[e.dst]) for e in region.edges if e.src in touched or e.dst in touched
-        )
+        edges = sorted((ops[e.src], ops[e.dst]) for e in region.edges if e.src in touched or e.dst in touched)
         return (tuple(nodes), tuple(edges))
 
     return (side(before, group["b"]), side(after, group["a"]))
@@ -549,9 +547,7 @@ class Collector:
         types_after = _copy_types(self._types)
         touched = [i for i, _, _ in (*changes.added, *changes.rewired) if i in after.nodes]
         types_after.update(graph, after, touched)
-        application.pieces, application.not_drawn = cut_pieces(
-            self._skeleton, after, changes, self._types, types_after
-        )
+        application.pieces, application.not_drawn = cut_pieces(self._skeleton, after, changes, self._types, types_after)
         self._skeleton, self._types = after, types_after
 
 

@@ -76,9 +76,9 @@ def _dot_source(key: str, region: Region) -> str:
         )
         out.append(f"n{node.index} [label=<{label}>];")
     for i, (value, _, _) in enumerate(region.graph_inputs):
-        out.append(f'i{i} [shape=ellipse fontsize=8 label={_quote(_short(value, 24))}];')
+        out.append(f"i{i} [shape=ellipse fontsize=8 label={_quote(_short(value, 24))}];")
     for i, (value, _, _) in enumerate(region.graph_outputs):
-        out.append(f'o{i} [shape=ellipse fontsize=8 label={_quote(_short(value, 24))}];')
+        out.append(f"o{i} [shape=ellipse fontsize=8 label={_quote(_short(value, 24))}];")
     for edge in region.edges:
         label = f" [label={_quote(edge.type)}]" if edge.type else ""
         out.append(f"n{edge.src} -> n{edge.dst}{label};")
@@ -144,7 +144,8 @@ def _layout_all(sources: Sequence[str]) -> list[_Layout]:
     if proc.returncode != 0:
         raise LayoutError(f"{PROGRAM} failed: {proc.stderr.strip()[:300]}")
     decoder = json.JSONDecoder()
-    text, at, out = proc.stdout, 0, []
+    text, at = proc.stdout, 0
+    out: list[_Layout] = []
     while len(out) < len(sources):
         while at < len(text) and text[at].isspace():
             at += 1

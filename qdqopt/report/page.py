@@ -225,13 +225,13 @@ def _application(entry: TraceEntry, app: Application, svgs: Drawings, setup: int
             f"<details><summary>{len(pieces) - OPEN_PIECES} more rewrites of other shapes</summary>"
             f"{''.join(pieces[OPEN_PIECES:])}</details>"
         )
-    missing = f"<p class=muted>{app.not_drawn} touched node(s) inside subgraphs are not drawn.</p>" if (
-        app.not_drawn
-    ) else ""
+    missing = ""
+    if app.not_drawn:
+        missing = f"<p class=muted>{app.not_drawn} touched node(s) inside subgraphs are not drawn.</p>"
     plugin = " <span class=muted>[plugin: not ORT's]</span>" if entry.plugin else ""
     return (
-        f"<section class=application id=app-{setup}-{number} data-pass='{_e(entry.name)}' data-stage='{_e(entry.stage)}' "
-        f"data-step='{entry.step + 1}' data-added-ops='{_e(' '.join(added_ops))}'>"
+        f"<section class=application id=app-{setup}-{number} data-pass='{_e(entry.name)}' "
+        f"data-stage='{_e(entry.stage)}' data-step='{entry.step + 1}' data-added-ops='{_e(' '.join(added_ops))}'>"
         f"<h4>{_e(entry.ort_line())}{plugin}</h4>{_delta(entry)}"
         f"<details><summary>{summary}</summary><div class=pair>{lists}</div></details>"
         f"{shown}{missing}</section>"
@@ -328,8 +328,7 @@ def _explain(setup: SetupResult) -> str:
                 f"<tr><td>{verdict}</td><td>{_e(item.name)}</td><td>{_e(item.op)}</td><td>{_e(item.detail)}</td></tr>"
             )
         out.append(
-            "<p>Convs, pools and Resizes as NhwcTransformer sees them:</p>"
-            f"<table class=layout>{''.join(rows)}</table>"
+            f"<p>Convs, pools and Resizes as NhwcTransformer sees them:</p><table class=layout>{''.join(rows)}</table>"
         )
     return "".join(out)
 
