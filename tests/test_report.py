@@ -334,3 +334,22 @@ def test_collector_follows_the_trace() -> None:
     assert with_hook.model.SerializeToString() == without.model.SerializeToString()
     changed = [a for a, e in zip(collector.applications, with_hook.pipeline.trace, strict=True) if e.modified]
     assert changed and all(a.pieces for a in changed)
+
+
+def test_setups_side_by_side() -> None:
+    """``--config`` once per setup (entries comma-separated, ``default`` for none); ``--both-targets`` adds the
+    default and ``session.qdqisint8allowed=1``; a setup asked twice is shown once."""
+    from qdqopt.cli import _parser, _report_setups
+
+    def setups(*args: str) -> list[dict[str, str]]:
+        return _report_setups(_parser().parse_args(["report", "m.onnx", "-o", "r.html", *args]))
+
+    assert setups() == [{}]
+    assert setups("--config", "default", "--config", "session.qdqisint8allowed=1") == [
+        {},
+        {"session.qdqisint8allowed": "1"},
+    ]
+    assert setups("--config", "session.qdqisint8allowed=1,session.disable_quant_qdq=0") == [
+        {"session.qdqisint8allowed": "1", "session.disable_quant_qdq": "0"}
+    ]
+    assert setups("--both-targets", "--config", "default") == [{}, {"session.qdqisint8allowed": "1"}]
