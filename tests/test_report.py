@@ -283,20 +283,25 @@ def test_in_chromium(which: str, tmp_path: Path) -> None:
 @needs_browser
 def test_mobilenetv3_page_is_small_and_opens_fast(tmp_path: Path) -> None:
     """Under 5 MB; parsed, styled and laid out by Chromium in under 2 s (measured in the page, from navigation start
-    to a forced layout after the load event: the browser's own start is not the page's cost)."""
+    to a forced layout after the load event: the browser's own start is not the page's cost). Then one click on the
+    page's button opens every fold of passes that did nothing."""
     page = _page("mobilenetv3")
     assert page.stat().st_size < MAX_BYTES, f"{page.stat().st_size} bytes"
     probe = (
-        "<script>addEventListener('load',function(){document.body.offsetHeight;"
-        "document.title='opened '+performance.now().toFixed(0)})</script>"
+        "<script>addEventListener('load',function(){document.body.offsetHeight;var t=performance.now();"
+        "var folds=document.querySelectorAll('details.noop');document.querySelector('button[onclick^=toggleNoop]')"
+        ".click();var open=document.querySelectorAll('details.noop[open]').length;"
+        "document.title='opened '+t.toFixed(0)+' folds '+open+' of '+folds.length})</script>"
     )
     timed = tmp_path / "timed.html"
     timed.write_text(page.read_text(encoding="utf-8").replace("</body>", probe + "</body>"), encoding="utf-8")
     times = []
     for _ in range(3):  # the best of three: the machine is shared, and a busy moment is not the page's cost
         dom = _dom(_dump_dom(timed))
-        found = re.search(r"opened (\d+)", dom.title)
+        found = re.search(r"opened (\d+) folds (\d+) of (\d+)", dom.title)
         assert found, f"the page did not finish loading: title {dom.title!r}"
+        opened, folds = int(found.group(2)), int(found.group(3))
+        assert folds > 0 and opened == folds, f"one click opens {opened} of {folds} folds"
         times.append(float(found.group(1)))
         if times[-1] < MAX_OPEN_MS:
             break
@@ -353,3 +358,15 @@ def test_setups_side_by_side() -> None:
         {"session.qdqisint8allowed": "1", "session.disable_quant_qdq": "0"}
     ]
     assert setups("--both-targets", "--config", "default") == [{}, {"session.qdqisint8allowed": "1"}]
+
+
+@needs_browser
+def test_a_blank_screenshot_is_caught(tmp_path: Path) -> None:
+    """Mutation: the screenshot of an empty page fails the not-blank check."""
+    empty = tmp_path / "empty.html"
+    empty.write_text("<!DOCTYPE html><html><body style='background:#fafbfc'></body></html>", encoding="utf-8")
+    shot = tmp_path / "empty.png"
+    proc = _chromium(f"--screenshot={shot}", "--window-size=1280,1400", empty.as_uri())
+    assert proc.returncode == 0 and shot.is_file(), proc.stderr[-2000:]
+    with pytest.raises(AssertionError, match="blank screenshot"):
+        _assert_not_blank(shot)
