@@ -5,6 +5,10 @@ user runs it, the tiers, the first differences, ORT's own op counts) and run aga
 inputs (:func:`qdqopt.diff.run_numbers`, ORT's CPU EP at DISABLE_ALL: max abs difference and SQNR); the timeline at
 the asked level (:class:`qdqopt.report.collect.Collector` on :func:`qdqopt.api.run`'s ``on_pass`` hook); the
 ``explain`` tables (:mod:`qdqopt.explain`).
+
+ORT's sessions run in a child process, one per setup, the levels in turn, each level's result written as it comes:
+ORT's C++ can crash on a model (a session at one level, or running a model whose shapes do not hold), and a crash
+then ends only the child; the level it was at says so, and a new child takes up the levels after it.
 """
 
 from __future__ import annotations
@@ -12,6 +16,10 @@ from __future__ import annotations
 import collections
 import math
 import os
+import pickle
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,6 +131,7 @@ def _level(
     reference: Sequence[np.ndarray] | None,
     feeds: Mapping[str, np.ndarray] | None,
     base: Path | None,
+    no_numerics: str = "",
 ) -> LevelResult:
     result = LevelResult(level)
     try:
@@ -145,20 +154,85 @@ def _level(
             result.numerics = _numerics(reference, run_numbers(comp.ours, feeds, base))
         except Exception as exc:  # ORT could not run qdqopt's model: say so on the page
             result.numerics = Numerics(None, None, str(exc).splitlines()[0][:200])
+    elif no_numerics:
+        result.numerics = Numerics(None, None, no_numerics)
     return result
 
 
+_CHILD = """
+import sys
+from qdqopt.report.data import _child_levels
+_child_levels(sys.argv[1])
+"""
+
+
+def _child_levels(job: str) -> None:
+    """In the child: the reference numbers (once per setup), then each level, each result pickled as it comes."""
+    with open(job, "rb") as handle:
+        model, config, disabled, levels, folder = pickle.load(handle)
+    work = Path(folder)
+    started, done = work / "reference.started", work / "reference.pkl"
+    feeds = reference = None
+    note = ""
+    proto, base = read_model_proto(model)
+    if done.exists():
+        with done.open("rb") as handle:
+            feeds, reference, note = pickle.load(handle)
+    elif started.exists():
+        note = "ONNX Runtime crashed running the input model"
+    else:
+        started.touch()
+        try:
+            feeds = random_inputs(proto, SEED)
+            reference = run_numbers(proto, feeds, base)
+        except Exception as exc:  # a model ORT cannot run at all: the numerics columns say so
+            feeds, reference, note = None, None, f"the input model does not run: {str(exc).splitlines()[0][:160]}"
+        with done.open("wb") as handle:
+            pickle.dump((feeds, reference, note), handle)
+    for number in levels:
+        result = _level(model, Level(number), config, disabled, reference, feeds, base, note)
+        with (work / f"{number}.pkl").open("wb") as handle:
+            pickle.dump(result, handle)
+
+
+def _levels(model: str | os.PathLike[str], config: Mapping[str, str], disabled: Sequence[str]) -> list[LevelResult]:
+    """The five levels of one setup, ORT in child processes (see the module doc)."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    results: dict[Level, LevelResult] = {}
+    todo = list(Level)
+    with tempfile.TemporaryDirectory(prefix="qdqopt-report-") as folder:
+        while todo:
+            job = Path(folder) / "job.pkl"
+            with job.open("wb") as handle:
+                pickle.dump((os.fspath(model), dict(config), list(disabled), [int(x) for x in todo], folder), handle)
+            proc = subprocess.run(
+                [sys.executable, "-c", _CHILD, str(job)], capture_output=True, text=True, env=env, check=False
+            )
+            for level in todo:
+                path = Path(folder) / f"{int(level)}.pkl"
+                if level not in results and path.exists():
+                    with path.open("rb") as handle:
+                        results[level] = pickle.load(handle)
+            todo = [level for level in todo if level not in results]
+            if not todo:
+                break
+            if proc.returncode < 0:
+                why = f"ONNX Runtime crashed (signal {-proc.returncode}) at this level"
+            else:
+                lines = proc.stderr.strip().splitlines()
+                why = f"the comparison failed: {lines[-1] if lines else f'exit code {proc.returncode}'}"
+            results[todo[0]] = LevelResult(todo[0], error=why)
+            todo = todo[1:]
+    return [results[level] for level in Level]
+
+
 def _setup(
-    source: str | os.PathLike[str],
-    level: Level,
-    config: Mapping[str, str],
-    disabled: Sequence[str],
-    reference: Sequence[np.ndarray] | None,
-    feeds: Mapping[str, np.ndarray] | None,
-    base: Path | None,
+    source: str | os.PathLike[str], level: Level, config: Mapping[str, str], disabled: Sequence[str]
 ) -> SetupResult:
     setup = SetupResult(dict(config))
-    setup.levels = [_level(source, lvl, config, disabled, reference, feeds, base) for lvl in Level]
+    setup.levels = _levels(source, config, disabled)
     try:
         collector = Collector(load_model(source).graph)
         result = run(source, level, disabled=disabled, config=config, on_pass=collector)
@@ -197,16 +271,6 @@ def collect_report(
     input model's numbers, and the timeline and explain tables at ``level``."""
     lvl = parse_level(level)
     names = list(disabled)
-    proto, base = read_model_proto(model)
-    feeds: dict[str, np.ndarray] | None = None
-    reference: list[np.ndarray] | None = None
-    try:
-        feeds = random_inputs(proto, SEED)
-        reference = run_numbers(proto, feeds, base)
-    except Exception:  # a model ORT cannot run at all: the numerics columns say so
-        feeds = reference = None
-    setups = [
-        _setup(model, lvl, SessionConfig.from_mapping(dict(cfg), warn=False).as_dict(), names, reference, feeds, base)
-        for cfg in configs
-    ]
+    proto, _ = read_model_proto(model, initializers=False)
+    setups = [_setup(model, lvl, SessionConfig.from_mapping(dict(cfg), warn=False).as_dict(), names) for cfg in configs]
     return ReportData(str(model), lvl, names, op_counts(proto), setups, len(proto.graph.node))
