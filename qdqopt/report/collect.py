@@ -344,6 +344,8 @@ class Region:
     #: graph inputs and outputs the drawn nodes read or write (drawn as small ovals)
     graph_inputs: tuple[tuple[str, int, str], ...] = ()
     graph_outputs: tuple[tuple[str, int, str], ...] = ()
+    #: how many nodes the region had when it was cut to :data:`MAX_DRAWN` (0: not cut)
+    cut_from: int = 0
 
     def ops(self, *statuses: str) -> set[str]:
         return {n.op for n in self.nodes if not statuses or n.status in statuses}
@@ -372,14 +374,22 @@ class Application:
     not_drawn: int = 0
 
 
+#: the most nodes one drawing shows (a larger region, such as a layout pass rewriting a whole long chain at once, is
+#: cut to its first nodes in the graph's order, and says so): the layout's time and the page's size stay bounded
+MAX_DRAWN = 250
+
+
 def _region(
     skeleton: Skeleton,
     drawn: set[int],
     status: Mapping[int, str],
     types: TypeMap,
 ) -> Region:
+    ordered = [i for i in skeleton.order if i in drawn]
+    cut_from = len(ordered) if len(ordered) > MAX_DRAWN else 0
+    drawn = set(ordered[:MAX_DRAWN])
     nodes = []
-    for index in (i for i in skeleton.order if i in drawn):
+    for index in (i for i in ordered if i in drawn):
         record = skeleton.nodes[index]
         nodes.append(RegionNode(index, record.name, record.op, status.get(index, CONTEXT), record.lines, record.tip))
     edges = []
@@ -396,7 +406,7 @@ def _region(
         for value in record.outputs:
             if value and value in skeleton.graph_outputs:
                 outputs.append((value, node.index, types[value]))
-    return Region(tuple(nodes), tuple(edges), tuple(inputs), tuple(outputs))
+    return Region(tuple(nodes), tuple(edges), tuple(inputs), tuple(outputs), cut_from)
 
 
 class _Union:

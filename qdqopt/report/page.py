@@ -201,6 +201,9 @@ def _piece(piece: Piece, before: str, after: str) -> str:
     if len(places) > PLACES:
         where += f" and {len(places) - PLACES} more"
     count = f"{len(places)} places of this shape" if len(places) > 1 else "at"
+    for side, region in (("before", piece.before), ("after", piece.after)):
+        if region.cut_from:
+            where += f" (the drawing {side} shows the first {len(region.nodes)} of its {region.cut_from} nodes)"
     return (
         f"<div class=piece data-places='{len(places)}'><p class=muted>{count}: {where}</p><div class=pair>"
         f"<figure>{before}<figcaption>before</figcaption></figure>"
