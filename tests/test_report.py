@@ -370,3 +370,16 @@ def test_a_blank_screenshot_is_caught(tmp_path: Path) -> None:
     assert proc.returncode == 0 and shot.is_file(), proc.stderr[-2000:]
     with pytest.raises(AssertionError, match="blank screenshot"):
         _assert_not_blank(shot)
+
+
+def test_a_node_without_a_name_is_drawn() -> None:
+    """ORT's nodes may have no name: the drawing says so (dot rejects an empty line in a label)."""
+    from qdqopt.report.collect import Region, RegionEdge, RegionNode
+    from qdqopt.report.draw import draw_regions
+
+    region = Region(
+        (RegionNode(1, "", "Softmax", "added", ("",), ()), RegionNode(2, "b", "Cast", "context", (), ())),
+        (RegionEdge(1, 2, "v", "f16[2]"),),
+    )
+    (svg,) = draw_regions([(region, "after")])
+    assert svg.startswith("<svg") and "(no name)" in svg and 'data-op="Softmax"' in svg

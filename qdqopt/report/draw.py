@@ -59,7 +59,7 @@ def _short(name: str, limit: int = 30) -> str:
 
 
 def _node_lines(op: str, name: str, lines: Sequence[str]) -> list[str]:
-    return [op, _short(name), *lines]
+    return [op, _short(name) if name else "(no name)", *(line for line in lines if line)]
 
 
 def _dot_source(key: str, region: Region) -> str:
@@ -209,7 +209,19 @@ def _svg(layout: _Layout, region: Region, side: str) -> str:
 
 
 def draw_regions(regions: Sequence[tuple[Region, str]]) -> list[str]:
-    """The SVG of each ``(region, side)`` (``side``: ``before`` or ``after``), laid out in one run of dot."""
+    """The SVG of each ``(region, side)`` (``side``: ``before`` or ``after``), laid out in one run of dot; should that
+    run fail, each region on its own, and a region dot cannot lay out gets a line saying so instead of a drawing."""
     sources = [_dot_source(f"g{i}", region) for i, (region, _) in enumerate(regions)]
-    layouts = _layout_all(sources)
-    return [_svg(layout, region, side) for layout, (region, side) in zip(layouts, regions, strict=True)]
+    try:
+        layouts: list[_Layout | str] = list(_layout_all(sources))
+    except LayoutError:
+        layouts = []
+        for source in sources:
+            try:
+                layouts.extend(_layout_all([source]))
+            except LayoutError as exc:
+                layouts.append(str(exc))
+    return [
+        _svg(layout, region, side) if isinstance(layout, _Layout) else f"<p class=bad>{html.escape(layout)}</p>"
+        for layout, (region, side) in zip(layouts, regions, strict=True)
+    ]
