@@ -9,13 +9,14 @@ Commands::
                  [--times] [--json]
     qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--isolate] [--json]
     qdqopt explain IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--all] [--pass NAME] [--json]
+    qdqopt report IN -o OUT.html [--level L] [--disable NAME]... [--config KEY=VALUE[,KEY=VALUE...]]... [--both-targets]
     qdqopt view IN [--app netron|model-explorer] [--level L [--stop-after PASS[:N]] [--disable ...] [--config ...]]
     qdqopt bisect IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--tier T | --numerics TOL [--seed S]]
-    qdqopt demo [--isolate]
+    qdqopt demo [--isolate] [--no-report]
     qdqopt fuzz [--seed S] [--budget N] [--jobs J] [--shard I/N] [--out DIR] [--level L]... [--no-shrink]
 
 ``--dump-dir`` and ``--stop-after``: :mod:`qdqopt.dumps`; ``--json``: :mod:`qdqopt.jsonout` and docs/json.md;
-``view``: :mod:`qdqopt.overlay`; ``bisect``: :mod:`qdqopt.bisect`.
+``view``: :mod:`qdqopt.overlay`; ``bisect``: :mod:`qdqopt.bisect`; ``report``: :mod:`qdqopt.report`.
 
 ``diff``, ``trace --ort`` and ``demo`` compare with ORT as a user runs it: only the ``--disable`` list and the
 ``--config`` entries given are applied, on both sides. A pass qdqopt lacks, or one that declines the model, does not
@@ -515,6 +516,36 @@ def cmd_view(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_setups(args: argparse.Namespace) -> list[dict[str, str]]:
+    """``report``'s setups, side by side: one per ``--config`` (its entries comma-separated; ``default`` or an empty
+    string for none), the default and ``session.qdqisint8allowed=1`` with ``--both-targets``."""
+    setups = [
+        _config([e for e in item.split(",") if e.strip() and e.strip() != "default"]) for item in args.config or ()
+    ]
+    if args.both_targets:
+        setups += [{}, {"session.qdqisint8allowed": "1"}]
+    unique = list({tuple(sorted(s.items())): s for s in setups or [{}]}.values())
+    return unique
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from qdqopt.report import build_report
+
+    source, out = Path(args.input), Path(args.output)
+    if source.exists() and out.exists() and source.resolve() == out.resolve():
+        raise QdqoptError(f"{out}: refusing to overwrite the input model")
+    check_accepted_in_child(source)
+    setups = _report_setups(args)
+    page = build_report(source, args.level, configs=setups, disabled=args.disable or ())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(out)
+    size = len(page.encode()) / 1024
+    print(f"report: {out} ({size:.0f} KiB; {len(setups)} setup(s) side by side; open it in a browser)")
+    return 0
+
+
 def example_model() -> Path:
     """The bundled example: the PT2E-quantized TinyConvNet."""
     return Path(str(resources.files("qdqopt") / "examples" / "tinyconvnet_pt2e.onnx"))
@@ -548,6 +579,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         )
         status = max(status, cmd_diff(diff_args))
         print()
+    if not getattr(args, "no_report", False):
+        report = Path(tempfile.gettempdir()) / "qdqopt-demo-report.html"
+        report_args = argparse.Namespace(
+            input=str(model), output=str(report), level="all", config=None, disable=None, both_targets=True
+        )
+        cmd_report(report_args)
+        print("  (the op counts, every pass application drawn before and after, explain, and ORT's verdicts)")
     return status
 
 
@@ -716,8 +754,26 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-browser", action="store_true", help="serve without opening a browser")
     p.set_defaults(func=cmd_view)
 
-    p = sub.add_parser("demo", help="trace and diff the bundled example model at every level")
+    p = sub.add_parser(
+        "report", help="one HTML page: op counts per level, each pass application drawn before and after, explain, ORT"
+    )
+    p.add_argument("input")
+    p.add_argument("-o", "--output", required=True, help="the HTML file to write (self-contained: opens offline)")
+    p.add_argument("--level", "-l", default="all", help="the timeline's level (the tables show all five)")
+    p.add_argument(
+        "--config",
+        "-c",
+        action="append",
+        metavar="KEY=VALUE[,KEY=VALUE...]",
+        help="one session setup (repeat for several, shown side by side; 'default' for none)",
+    )
+    p.add_argument("--both-targets", action="store_true", help="default and session.qdqisint8allowed=1 side by side")
+    p.add_argument("--disable", "-d", action=_NameList, metavar="NAME[,NAME...]", help="as optimize's --disable")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("demo", help="trace and diff the bundled example model at every level, and write its report")
     isolate_option(p, strict=False)
+    p.add_argument("--no-report", action="store_true", help="do not write the HTML report")
     p.set_defaults(func=cmd_demo)
 
     from qdqopt.fuzz.cli import add_arguments

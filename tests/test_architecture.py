@@ -67,6 +67,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("qdqopt.compare", "qdqopt.explain"),
     ("qdqopt.dumps", "qdqopt.jsonout", "qdqopt.overlay", "qdqopt.bisect"),  # stop and dump, --json, view, bisect
     ("qdqopt.fuzz",),  # qdqopt fuzz: generated graphs through ORT and qdqopt in child processes
+    ("qdqopt.report",),  # the HTML report: reads runs, comparisons and explain
     ("qdqopt.cli",),
 )
 
