@@ -41,7 +41,7 @@ from google.protobuf.message import DecodeError, Message
 from onnx import numpy_helper
 
 from qdqopt.errors import ModelError
-from qdqopt.graph.core import Graph, Node
+from qdqopt.graph.core import Graph, Node, tensor_array
 from qdqopt.graph.inference import fill_unknown, has_dim, infer_model_types, lenient_merge, merge_type, shapes_conflict
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
@@ -168,6 +168,9 @@ def load_model(source: str | os.PathLike[str] | onnx.ModelProto, *, inline_local
     not be edited while the model is in use.
     """
     header, gp, initializers, base = _read_parts(source)
+    where = "the model" if isinstance(source, onnx.ModelProto) else str(source)
+    for part in (header, gp, *initializers):
+        _check_utf8(part, where)
     opset_import = [(normalize_domain(o.domain), int(o.version)) for o in header.opset_import]
     opsets = dict(opset_import)
     # ORT's Model knows every domain of its registry (which is why they appear in the saved opset_import)
@@ -187,6 +190,29 @@ def load_model(source: str | os.PathLike[str] | onnx.ModelProto, *, inline_local
         if inline_local_functions:
             inline_functions_aot(model)
     return model
+
+
+def _check_utf8(message: Message, where: str, path: str = "") -> None:
+    """Raise :class:`ModelError` on a string field (a name, an op type, a doc_string ...) that is not valid UTF-8.
+
+    ONNX's strings are UTF-8; ORT's C++ keeps such a name as bytes, but protobuf's Python binding hands it over as
+    ``bytes`` where every other name is a ``str``, so qdqopt cannot take the model (an attribute's string is
+    ``bytes`` by type, and read with :meth:`qdqopt.graph.core.Node.attr_str`, which keeps undecodable bytes)."""
+    for descriptor, value in message.ListFields():
+        if descriptor.type == FieldDescriptor.TYPE_STRING:
+            values = value if _is_repeated(descriptor) else [value]
+            for item in values:
+                if isinstance(item, bytes):
+                    label = f"{path}.{descriptor.name}" if path else descriptor.name
+                    raise ModelError(f"{where}: {label} is not valid UTF-8 ({item[:40]!r}); ONNX strings are UTF-8")
+        elif descriptor.type == FieldDescriptor.TYPE_MESSAGE:
+            items = value if _is_repeated(descriptor) else [value]
+            for i, item in enumerate(items):
+                name = getattr(item, "name", "") if descriptor.name in ("node", "initializer", "attribute") else ""
+                step = f"{descriptor.name}[{i}]" if _is_repeated(descriptor) else descriptor.name
+                if isinstance(name, str) and name:
+                    step += f" {name!r}"
+                _check_utf8(item, where, f"{path}.{step}" if path else step)
 
 
 class _NotSplittable(Exception):
@@ -592,7 +618,7 @@ def _normalise_initializer(tensor: onnx.TensorProto) -> onnx.TensorProto:
         or _byte_size(tensor) < RAW_THRESHOLD_BYTES
     ):
         return tensor
-    array = numpy_helper.to_array(tensor)
+    array = tensor_array(tensor)
     raw = numpy_helper.from_array(array, tensor.name)
     out = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
     out.raw_data = raw.raw_data
