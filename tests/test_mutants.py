@@ -121,9 +121,7 @@ def test_short_initializer_is_refused_in_orts_words() -> None:
 
 
 @pytest.mark.parametrize("command", ["optimize", "trace", "diff", "explain", "passes"])
-def test_unknown_config_key_warned_once(
-    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_unknown_config_key_warned_once(command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(_slice_model(3), str(path))
     argv = {
