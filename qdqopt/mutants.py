@@ -419,6 +419,9 @@ def _run_forked(argv: list[str], timeout: float, folder: Path) -> tuple[int | No
     if pid == 0:  # the child: the CLI as a process of its own
         status = 3
         try:
+            import faulthandler
+
+            faulthandler.disable()  # a crash is this run's verdict, not a dump on the parent's terminal
             os.setpgid(0, 0)
             os.umask(UMASK)
             fd_out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
