@@ -88,6 +88,28 @@ def test_non_utf8_name_is_a_one_line_error(command: str) -> None:
     assert "node[0].name is not valid UTF-8" in outcome.stderr
 
 
+@pytest.mark.parametrize("field", ["producer_name", "graph_name", "output_name", "doc_string"])
+def test_non_utf8_anywhere_is_a_one_line_error(field: str) -> None:
+    """Found by the campaign (seed 1, #1500): a bit flip in ``producer_name`` failed in the copy of the model's
+    header, before the names were checked; every string field of the model is now checked first."""
+    model = _slice_model(3)
+    token = "PLACEHOLDR"
+    if field == "producer_name":
+        model.producer_name = token
+    elif field == "graph_name":
+        model.graph.name = token
+    elif field == "output_name":
+        model.graph.node[0].output[0] = token
+        model.graph.output[0].name = token
+    else:
+        model.graph.node[0].doc_string = token
+    data = model.SerializeToString().replace(token.encode(), b"\xe9" * len(token))
+    for command in ("explain", "optimize"):
+        outcome = run_cli(_mutant(data), command, "layout")
+        assert outcome.ok and outcome.returncode == 2, (field, command, outcome.verdict, outcome.stderr[-400:])
+        assert "is not valid UTF-8" in outcome.stderr
+
+
 def test_non_utf8_attribute_string_is_no_internal_error() -> None:
     """An attribute string is bytes by type: qdqopt reads it with surrogateescape, as ORT compares bytes, and the
     Resize whose ``mode`` is no valid mode is rejected by ORT's kernel (exit 2), never a UnicodeDecodeError."""

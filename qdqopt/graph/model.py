@@ -168,9 +168,6 @@ def load_model(source: str | os.PathLike[str] | onnx.ModelProto, *, inline_local
     not be edited while the model is in use.
     """
     header, gp, initializers, base = _read_parts(source)
-    where = "the model" if isinstance(source, onnx.ModelProto) else str(source)
-    for part in (header, gp, *initializers):
-        _check_utf8(part, where)
     opset_import = [(normalize_domain(o.domain), int(o.version)) for o in header.opset_import]
     opsets = dict(opset_import)
     # ORT's Model knows every domain of its registry (which is why they appear in the saved opset_import)
@@ -230,6 +227,7 @@ def _read_parts(
     model). A smaller one is parsed whole, which is faster.
     """
     if isinstance(source, onnx.ModelProto):
+        _check_utf8(source, "the model")
         header = onnx.ModelProto()
         _copy_except(header, source, "graph")
         return header, source.graph, list(source.graph.initializer), None
@@ -244,8 +242,11 @@ def _read_parts(
                 raise ModelError(f"{path}: not an ONNX model (no graph)")
             base = path.resolve().parent
             _check_external_locations(gp, base, path, initializers)
+            for part in (header, gp, *initializers):
+                _check_utf8(part, str(path))
             return header, gp, initializers, base
     whole, whole_base = read_model_proto(path)
+    _check_utf8(whole, str(path))
     header = onnx.ModelProto()
     _copy_except(header, whole, "graph")
     return header, whole.graph, list(whole.graph.initializer), whole_base
