@@ -66,6 +66,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("qdqopt.api", "qdqopt.reference", "qdqopt.diff", "qdqopt"),  # the package itself re-exports the API
     ("qdqopt.compare", "qdqopt.explain"),
     ("qdqopt.cli",),
+    ("qdqopt.mutants",),  # runs the command line on mutated files
 )
 
 #: What the bottom layers may import from qdqopt, at all.
