@@ -18,6 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from qdqopt.cli import main
+from qdqopt.errors import QdqoptError
 from qdqopt.mutants import (
     BYTE_MUTATIONS,
     COMMANDS,
@@ -78,7 +79,8 @@ def test_negative_dim_keeps_the_result_of_a_valid_dim() -> None:
 def _non_utf8_name_model() -> bytes:
     model = _slice_model(3)
     model.graph.node[0].name = "PLACEHOLDR"
-    return model.SerializeToString().replace(b"PLACEHOLDR", b"\xff" * 10)
+    data: bytes = model.SerializeToString()
+    return data.replace(b"PLACEHOLDR", b"\xff" * 10)
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -213,7 +215,7 @@ def test_a_partial_output_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def half_written(args: object) -> int:
         Path(args.output).write_bytes(b"\x08")  # type: ignore[attr-defined]
-        raise qdqopt.cli.QdqoptError("failed after writing")
+        raise QdqoptError("failed after writing")
 
     monkeypatch.setattr(qdqopt.cli, "cmd_optimize", half_written)
     outcome = run_cli(_mutant(_slice_model(3)), "optimize", "basic")
