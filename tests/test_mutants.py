@@ -259,3 +259,14 @@ def test_seeded_campaign() -> None:
         f"#{c.index} {o.verdict} {c.seed_name} {c.kind} {' '.join(o.command[:2])} --level {c.level}: {o.note}"
         for c, o in failures
     )
+
+
+def test_node_output_named_as_an_initializer_is_refused_as_ort_does() -> None:
+    """Found by the CI campaign (seed 20261202, #80): a node writing an initializer's name crashed the transpose
+    optimizer (IndexError); ORT's loader refuses it, "Duplicate definition of name", and so does qdqopt's now."""
+    model = _slice_model(3)
+    model.graph.node[0].output[0] = "starts"
+    model.graph.output[0].name = "starts"
+    outcome = run_cli(_mutant(model), "trace", "layout")
+    assert outcome.ok and outcome.returncode == 2, (outcome.verdict, outcome.stderr[-400:])
+    assert "Duplicate definition of name (starts)" in outcome.stderr

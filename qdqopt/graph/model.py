@@ -513,9 +513,14 @@ def _build_graph(
             graph.add_initializer(_normalise_initializer(tensor))
             if ir_version < 4:
                 graph.inputs.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
+    made: set[str] = set()
     for node_proto in gp.node:
         if _is_constant(node_proto):
             continue
+        for out in node_proto.output:  # ORT's loader: a value is defined once, by an initializer or by one node
+            if out and (out in made or graph.is_initializer(out)):
+                raise ModelError(f"This is an invalid model. Error: Duplicate definition of name ({out}).")
+            made.add(out)
         graph.original_nodes.append(node_proto)
         node = _add_proto_node(graph, node_proto, node_proto.domain, original=node_proto)
         for attr in node_proto.attribute:
