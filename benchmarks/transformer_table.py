@@ -175,8 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.load:
         with open(args.load) as f:
-            results = [Result(**json.loads(line)) for line in f if line.strip()]
-        print("\n".join(table(results)))
+            loaded = [Result(**json.loads(line)) for line in f if line.strip()]
+        print("\n".join(table(loaded)))
         return 0
     import fixtures
 

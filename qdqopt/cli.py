@@ -804,8 +804,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             status = 3
-    for warning in caught:
-        print(f"qdqopt: warning: {warning.message}", file=sys.stderr)
+    # once each: a command reads its config (and pass names) in more than one place (the CLI, qdqopt's run, ORT's)
+    for message in dict.fromkeys(str(warning.message) for warning in caught):
+        print(f"qdqopt: warning: {message}", file=sys.stderr)
     return status
 
 

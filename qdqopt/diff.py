@@ -119,8 +119,8 @@ def _attr_value(attr: onnx.AttributeProto) -> object:
         return ("tensor", _tensor_key(attr.t))
     value = onnx.helper.get_attribute_value(attr)
     if isinstance(value, list):
-        return tuple(v.decode() if isinstance(v, bytes) else v for v in value)
-    return value.decode() if isinstance(value, bytes) else value
+        return tuple(v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v for v in value)
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
 def _opsets(model: onnx.ModelProto) -> dict[str, int]:

@@ -69,6 +69,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("qdqopt.fuzz",),  # qdqopt fuzz: generated graphs through ORT and qdqopt in child processes
     ("qdqopt.report",),  # the HTML report: reads runs, comparisons and explain
     ("qdqopt.cli",),
+    ("qdqopt.mutants",),  # runs the command line on mutated files
 )
 
 #: What the bottom layers may import from qdqopt, at all.

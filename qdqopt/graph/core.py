@@ -52,7 +52,19 @@ from qdqopt.graph.order import ort_topological_order
 from qdqopt.graph.schema import OpSchema, lookup, normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
 
-__all__ = ["Changes", "Edge", "Graph", "Node", "ShapeDims", "View", "dim_values", "dims_equal", "merge_declared"]
+__all__ = [
+    "Changes",
+    "Edge",
+    "Graph",
+    "Node",
+    "ShapeDims",
+    "View",
+    "decode_str",
+    "dim_values",
+    "dims_equal",
+    "merge_declared",
+    "tensor_array",
+]
 
 #: A NodeArg shape (``NodeArg::Shape()``): one entry per dim, an int for a ``dim_value``, a str for a ``dim_param``
 #: the model or ORT gave (the ``unk__<n>`` names ONNX's inference invents stand for dims ORT leaves unknown), None for
@@ -91,6 +103,25 @@ class View(enum.Enum):
     PASS = "pass"
     FILLED = "filled"
     DATA = "data"
+
+
+def decode_str(value: bytes) -> str:
+    """An attribute's string as ORT compares it: UTF-8, and bytes that are not UTF-8 kept as lone surrogates
+    (``surrogateescape``), so that such a value equals no valid name and is still the same bytes when encoded back
+    the same way."""
+    return value.decode("utf-8", "surrogateescape")
+
+
+def tensor_array(tensor: onnx.TensorProto) -> np.ndarray:
+    """``numpy_helper.to_array``, with a tensor whose data does not fill its dims (or holds part of an element)
+    refused as ORT refuses it when it deserializes the initializer (:class:`ModelError`), not a ``ValueError``."""
+    try:
+        return numpy_helper.to_array(tensor)
+    except (ValueError, TypeError) as exc:
+        raise ModelError(
+            f"Deserialize tensor {tensor.name} failed: its data does not match its type and dims {list(tensor.dims)} "
+            f"({exc})"
+        ) from exc
 
 
 def dim_values(shape: ShapeDims | None) -> list[int | None] | None:
@@ -210,7 +241,7 @@ class Node:
         if proto is None:
             return default
         value = onnx.helper.get_attribute_value(proto)
-        return value.decode() if isinstance(value, bytes) else value
+        return decode_str(value) if isinstance(value, bytes) else value
 
     # Typed accessors. Each returns the attribute's value when the node has it with that type (ONNX's
     # AttributeProto.type; ORT's loader has checked it against the schema), else ``default`` (None unless given):
@@ -260,9 +291,10 @@ class Node:
     @overload
     def attr_str(self, name: str, default: str) -> str: ...
     def attr_str(self, name: str, default: str | None = None) -> str | None:
-        """A ``STRING`` attribute decoded as UTF-8 (``attr->s()``), or ``default``."""
+        """A ``STRING`` attribute decoded as UTF-8 (``attr->s()``; bytes that are not UTF-8 kept as surrogates, so
+        that they equal no valid name, as in ORT's byte comparison: :func:`decode_str`), or ``default``."""
         proto = self._typed(name, onnx.AttributeProto.STRING)
-        return proto.s.decode() if proto is not None else default
+        return decode_str(proto.s) if proto is not None else default
 
     @overload
     def attr_strs(self, name: str) -> list[str] | None: ...
@@ -271,7 +303,7 @@ class Node:
     def attr_strs(self, name: str, default: list[str] | None = None) -> list[str] | None:
         """A ``STRINGS`` attribute, each decoded as UTF-8, or ``default``."""
         proto = self._typed(name, onnx.AttributeProto.STRINGS)
-        return [v.decode() for v in proto.strings] if proto is not None else default
+        return [decode_str(v) for v in proto.strings] if proto is not None else default
 
     def attr_tensor(self, name: str) -> onnx.TensorProto | None:
         """A ``TENSOR`` attribute (the proto itself, not a copy), or None."""
@@ -1016,7 +1048,7 @@ class Graph:
         """An initializer's value as numpy (converted once, then cached)."""
         if name not in self._arrays:
             proto = self._inits[name]
-            self._arrays[name] = numpy_helper.to_array(proto)
+            self._arrays[name] = tensor_array(proto)
         return self._arrays[name]
 
     def add_initializer(self, tensor: onnx.TensorProto) -> None:
