@@ -237,7 +237,7 @@ def test_a_changed_input_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_wrong_mode_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     import qdqopt.cli
 
-    original = qdqopt.cli._write_atomic
+    original = qdqopt.cli._write_atomic  # type: ignore[attr-defined]
 
     def private(model: object, path: Path) -> None:
         original(model, path)  # type: ignore[arg-type]
