@@ -135,6 +135,15 @@ def dims_equal(a: int | str | None, b: int | str | None) -> bool:
     return a is not None and a != "" and not (isinstance(a, str) and a.startswith("unk__")) and a == b
 
 
+def _shape_incomplete(found: onnx.TypeProto) -> bool:
+    """A tensor type without a shape, or with a dim that has neither a value nor a name."""
+    if not found.HasField("tensor_type"):
+        return False
+    if not found.tensor_type.HasField("shape"):
+        return True
+    return any(not d.HasField("dim_value") and not d.dim_param for d in found.tensor_type.shape.dim)
+
+
 def _shape_dims(shape: onnx.TensorShapeProto, as_written: bool) -> ShapeDims:
     dims: ShapeDims = []
     for dim in shape.dim:
@@ -395,6 +404,8 @@ class Graph:
         # producer index
         self._data_types: dict[str, onnx.TypeProto] | None = None
         self._data_typed_at: tuple[int, ...] | None = None
+        # the structure when the pass application under way began (the main graph's; None: no pass began)
+        self._pass_began_at: tuple[int, ...] | None = None
         self._node_types: dict[tuple[str, int], onnx.TypeProto | None] = {}
 
     def clone(self, parent: Graph | None = None, parent_node: Node | None = None) -> Graph:
@@ -801,6 +812,8 @@ class Graph:
         :class:`~qdqopt.passes.base.GraphTransformer` calls it before ``unsupported`` and each ``apply_impl``."""
         self._pass_new = set()
         self._pass_refreshed = False
+        if self.parent is None:
+            self._pass_began_at = self._structure_stamp()
 
     def shape(self, value: str, *, view: View = View.PASS, as_written: bool = False) -> ShapeDims | None:
         """``NodeArg::Shape()``: the value's dims (see :data:`ShapeDims`), or None when its shape is unknown.
@@ -941,14 +954,23 @@ class Graph:
         and nodes were added or removed since (ORT infers at each Resolve, so a NodeArg's type is stable between
         passes)."""
         known = self._data_types
-        if known is not None and value in known:
-            return known[value]
         root = inference.root_of(self)
-        if known is not None and root._data_typed_at == root._structure_stamp():
+        if known is not None and value in known:
+            found = known[value]
+            if not (_shape_incomplete(found) and root._data_stale_at_pass_start()):
+                return found
+        elif known is not None and root._data_typed_at == root._structure_stamp():
             return None
         root._keep_data_types(inference.infer_with_data(root))
         root._data_typed_at = root._structure_stamp()
         return (self._data_types or {}).get(value)
+
+    def _data_stale_at_pass_start(self) -> bool:
+        """Whether nodes were added or removed between the last inference with data and the start of the pass
+        application under way, which has not changed the graph yet: an inference now gives the types the Resolve
+        before this pass gave ORT's NodeArgs (a shape that a fold or fusion of an earlier pass made inferable)."""
+        began = self._pass_began_at
+        return began is not None and self._data_typed_at != began and self._structure_stamp() == began
 
     def _keep_data_types(self, inferred: onnx.GraphProto) -> None:
         types = self._data_types
@@ -1395,5 +1417,6 @@ _CLONED_FIELDS = {
     "_pass_refreshed",
     "_data_types",
     "_data_typed_at",
+    "_pass_began_at",
     "_node_types",
 }

@@ -542,11 +542,33 @@ def infer_with_data(root: Graph) -> onnx.GraphProto:
     for domain, version in sorted(root.opsets.items()):
         model.opset_import.append(onnx.helper.make_opsetid(domain, version))
     model.graph.CopyFrom(_data_graph(root))
+    declared = _all_dim_params(model.graph)
     try:
         inferred = _infer_shapes(model, data_prop=True)
     except Exception:  # onnx gave up: keep the declared types
         inferred = model
+    # the dim names the model declares (an unk__<n> of its value_info included) are the NodeArgs' dim_params in ORT;
+    # those ONNX's inference invents here are dims ORT leaves unnamed
+    _clear_invented_dims_deep(inferred.graph, declared)
     return inferred.graph
+
+
+def _all_dim_params(gp: onnx.GraphProto) -> set[str]:
+    """Every dim_param a graph and its subgraphs declare."""
+    names = _dim_params(gp)
+    for node in gp.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                names |= _all_dim_params(sub)
+    return names
+
+
+def _clear_invented_dims_deep(gp: onnx.GraphProto, declared: set[str]) -> None:
+    _clear_invented_dims(gp, declared)
+    for node in gp.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                _clear_invented_dims_deep(sub, declared)
 
 
 def _data_graph(graph: Graph) -> onnx.GraphProto:
