@@ -9,12 +9,14 @@ Commands::
                  [--times] [--json]
     qdqopt diff IN [--level L | --all-levels] [--disable NAME]... [--config KEY=VALUE]... [--isolate] [--json]
     qdqopt explain IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--all] [--pass NAME] [--json]
+    qdqopt report IN -o OUT.html [--level L] [--disable NAME]... [--config KEY=VALUE[,KEY=VALUE...]]... [--both-targets]
     qdqopt view IN [--app netron|model-explorer] [--level L [--stop-after PASS[:N]] [--disable ...] [--config ...]]
     qdqopt bisect IN [--level L] [--disable NAME]... [--config KEY=VALUE]... [--tier T | --numerics TOL [--seed S]]
-    qdqopt demo [--isolate]
+    qdqopt demo [--isolate] [--no-report]
+    qdqopt fuzz [--seed S] [--budget N] [--jobs J] [--shard I/N] [--out DIR] [--level L]... [--no-shrink]
 
 ``--dump-dir`` and ``--stop-after``: :mod:`qdqopt.dumps`; ``--json``: :mod:`qdqopt.jsonout` and docs/json.md;
-``view``: :mod:`qdqopt.overlay`; ``bisect``: :mod:`qdqopt.bisect`.
+``view``: :mod:`qdqopt.overlay`; ``bisect``: :mod:`qdqopt.bisect`; ``report``: :mod:`qdqopt.report`.
 
 ``diff``, ``trace --ort`` and ``demo`` compare with ORT as a user runs it: only the ``--disable`` list and the
 ``--config`` entries given are applied, on both sides. A pass qdqopt lacks, or one that declines the model, does not
@@ -44,6 +46,7 @@ import warnings
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 
@@ -61,6 +64,10 @@ from qdqopt.plugins import installed_plugins, resolve_plugins
 from qdqopt.reference import ReferenceRun, check_accepted_in_child
 from qdqopt.registry import Plugin
 from qdqopt.target import Target
+
+if TYPE_CHECKING:
+    from qdqopt.explain import FusionSection
+    from qdqopt.passes.qdq_selector_action import UnitReport
 
 __all__ = ["main"]
 
@@ -351,7 +358,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from qdqopt.explain import explain
+    from qdqopt.explain import explain, explain_fusions
 
     config = _config(args.config)
     plugins = _plugins(args)
@@ -373,15 +380,42 @@ def cmd_explain(args: argparse.Namespace) -> int:
         outcomes = collections.Counter(cand.outcome for cand in found)
         print(f"summary: {outcomes['fused']} fused, {outcomes['refused']} refused")
         return 0
-    reports = explain(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
-    int8 = Target.detect().with_config(SessionConfig.from_mapping(config, warn=False)).int8_allowed
+    level = parse_level(args.level)
     if getattr(args, "json", False):
+        reports = (
+            explain(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
+            if level >= Level.EXTENDED
+            else []
+        )
+        int8 = Target.detect().with_config(SessionConfig.from_mapping(config, warn=False)).int8_allowed
         layout = None
-        if parse_level(args.level) >= Level.LAYOUT:
+        if level >= Level.LAYOUT:
             from qdqopt.explain import explain_layout
 
             layout = explain_layout(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
-        return _print_json(jsonout.explain_doc(str(args.input), parse_level(args.level), int8, reports, layout))
+        return _print_json(jsonout.explain_doc(str(args.input), level, int8, reports, layout))
+    if parse_level(args.level) >= Level.EXTENDED:
+        _print_units(args, explain(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins))
+    sections = explain_fusions(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
+    _print_fusions(sections)
+    if parse_level(args.level) >= Level.LAYOUT:
+        from qdqopt.explain import explain_layout
+
+        layout = explain_layout(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
+        print(f"Convs, pools and Resizes as NhwcTransformer sees them ({len(layout)})")
+        for item in layout:
+            verdict = "NHWC" if item.outcome == "nhwc" else "NCHW"
+            arrow = "->" if item.outcome == "nhwc" else "stays:"
+            print(f"  {verdict:<5} {item.name!r} ({item.op}) {arrow} {item.detail}")
+            for earlier in (r for r in item.reasons if r != item.detail):
+                print(f"          earlier: {earlier}")
+        tally = collections.Counter(item.outcome for item in layout)
+        print(f"summary: {tally['nhwc']} to NHWC, {tally['nchw']} stay NCHW")
+    return 0
+
+
+def _print_units(args: argparse.Namespace, reports: list[UnitReport]) -> None:
+    int8 = Target.detect().with_config(SessionConfig.from_mapping(_config(args.config), warn=False)).int8_allowed
     print(f"QDQ node units of {args.input} as QDQSelectorActionTransformer sees them (int8 allowed: {int8})")
     counts: collections.Counter[str] = collections.Counter()
     for report in reports:
@@ -399,20 +433,29 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for reason in report.reasons:
             print(f"            - {reason}")
     print("summary: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
-    if parse_level(args.level) >= Level.LAYOUT:
-        from qdqopt.explain import explain_layout
 
-        layout = explain_layout(args.input, args.level, config=config, disabled=args.disable or (), plugins=plugins)
-        print(f"Convs, pools and Resizes as NhwcTransformer sees them ({len(layout)})")
-        for item in layout:
-            verdict = "NHWC" if item.outcome == "nhwc" else "NCHW"
-            arrow = "->" if item.outcome == "nhwc" else "stays:"
-            print(f"  {verdict:<5} {item.name!r} ({item.op}) {arrow} {item.detail}")
-            for earlier in (r for r in item.reasons if r != item.detail):
-                print(f"          earlier: {earlier}")
-        tally = collections.Counter(item.outcome for item in layout)
-        print(f"summary: {tally['nhwc']} to NHWC, {tally['nchw']} stay NCHW")
-    return 0
+
+def _print_fusions(sections: list[FusionSection]) -> None:
+    """The transformer fusions' candidates, a section per pass that has any; the others on one line."""
+    quiet: list[str] = []
+    for section in sections:
+        if not section.candidates:
+            quiet.append(section.pass_name if section.status == "ran" else f"{section.pass_name} ({section.status})")
+            continue
+        tally = collections.Counter(c.outcome for c in section.candidates)
+        status = "" if section.status == "ran" else f" [{section.status}]"
+        print(f"{section.pass_name}{status}: {tally['fused']} fused, {tally['refused']} refused")
+        for c in section.candidates:
+            if c.outcome == "fused":
+                print(f"  fused     {c.candidate!r} -> {c.op} {c.node!r}")
+                for reason in c.reasons:
+                    print(f"            earlier: {reason}")
+            else:
+                print(f"  REFUSED   {c.candidate!r}")
+                for reason in c.reasons:
+                    print(f"            - {reason}")
+    if quiet:
+        print("transformer fusions without candidates: " + ", ".join(quiet))
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
@@ -473,6 +516,36 @@ def cmd_view(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_setups(args: argparse.Namespace) -> list[dict[str, str]]:
+    """``report``'s setups, side by side: one per ``--config`` (its entries comma-separated; ``default`` or an empty
+    string for none), the default and ``session.qdqisint8allowed=1`` with ``--both-targets``."""
+    setups = [
+        _config([e for e in item.split(",") if e.strip() and e.strip() != "default"]) for item in args.config or ()
+    ]
+    if args.both_targets:
+        setups += [{}, {"session.qdqisint8allowed": "1"}]
+    unique = list({tuple(sorted(s.items())): s for s in setups or [{}]}.values())
+    return unique
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from qdqopt.report import build_report
+
+    source, out = Path(args.input), Path(args.output)
+    if source.exists() and out.exists() and source.resolve() == out.resolve():
+        raise QdqoptError(f"{out}: refusing to overwrite the input model")
+    check_accepted_in_child(source)
+    setups = _report_setups(args)
+    page = build_report(source, args.level, configs=setups, disabled=args.disable or ())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(out)
+    size = len(page.encode()) / 1024
+    print(f"report: {out} ({size:.0f} KiB; {len(setups)} setup(s) side by side; open it in a browser)")
+    return 0
+
+
 def example_model() -> Path:
     """The bundled example: the PT2E-quantized TinyConvNet."""
     return Path(str(resources.files("qdqopt") / "examples" / "tinyconvnet_pt2e.onnx"))
@@ -506,7 +579,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
         )
         status = max(status, cmd_diff(diff_args))
         print()
+    if not getattr(args, "no_report", False):
+        report = Path(tempfile.gettempdir()) / "qdqopt-demo-report.html"
+        report_args = argparse.Namespace(
+            input=str(model), output=str(report), level="all", config=None, disable=None, both_targets=True
+        )
+        cmd_report(report_args)
+        print("  (the op counts, every pass application drawn before and after, explain, and ORT's verdicts)")
     return status
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    from qdqopt.fuzz.cli import run_fuzz
+
+    return run_fuzz(args)
 
 
 # ---------------------------------------------------------------------------------------------------------- main
@@ -621,7 +707,9 @@ def _parser() -> argparse.ArgumentParser:
     json_option(p)
     p.set_defaults(func=cmd_diff)
 
-    p = sub.add_parser("explain", help="list every QDQ node unit and why it was fused or not")
+    p = sub.add_parser(
+        "explain", help="list every QDQ node unit and transformer-fusion candidate: fused into what, or why not"
+    )
     p.add_argument("input")
     common(p)
     p.set_defaults(level="extended")
@@ -666,9 +754,33 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-browser", action="store_true", help="serve without opening a browser")
     p.set_defaults(func=cmd_view)
 
-    p = sub.add_parser("demo", help="trace and diff the bundled example model at every level")
+    p = sub.add_parser(
+        "report", help="one HTML page: op counts per level, each pass application drawn before and after, explain, ORT"
+    )
+    p.add_argument("input")
+    p.add_argument("-o", "--output", required=True, help="the HTML file to write (self-contained: opens offline)")
+    p.add_argument("--level", "-l", default="all", help="the timeline's level (the tables show all five)")
+    p.add_argument(
+        "--config",
+        "-c",
+        action="append",
+        metavar="KEY=VALUE[,KEY=VALUE...]",
+        help="one session setup (repeat for several, shown side by side; 'default' for none)",
+    )
+    p.add_argument("--both-targets", action="store_true", help="default and session.qdqisint8allowed=1 side by side")
+    p.add_argument("--disable", "-d", action=_NameList, metavar="NAME[,NAME...]", help="as optimize's --disable")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("demo", help="trace and diff the bundled example model at every level, and write its report")
     isolate_option(p, strict=False)
+    p.add_argument("--no-report", action="store_true", help="do not write the HTML report")
     p.set_defaults(func=cmd_demo)
+
+    from qdqopt.fuzz.cli import add_arguments
+
+    p = sub.add_parser("fuzz", help="differential fuzzing: generated QDQ graphs through ORT and qdqopt")
+    add_arguments(p)
+    p.set_defaults(func=cmd_fuzz)
     return parser
 
 
@@ -692,8 +804,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             status = 3
-    for warning in caught:
-        print(f"qdqopt: warning: {warning.message}", file=sys.stderr)
+    # once each: a command reads its config (and pass names) in more than one place (the CLI, qdqopt's run, ORT's)
+    for message in dict.fromkeys(str(warning.message) for warning in caught):
+        print(f"qdqopt: warning: {message}", file=sys.stderr)
     return status
 
 

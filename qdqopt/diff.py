@@ -34,7 +34,7 @@ from onnx import numpy_helper
 
 from qdqopt.graph.schema import lookup, normalize_domain
 
-__all__ = ["TIERS", "DiffReport", "Difference", "compare", "run_numbers"]
+__all__ = ["TIERS", "DiffReport", "Difference", "compare", "random_inputs", "run_numbers"]
 
 TIERS = ("N", "S", "X", "P")
 MAX_REPORTED = 5
@@ -119,8 +119,8 @@ def _attr_value(attr: onnx.AttributeProto) -> object:
         return ("tensor", _tensor_key(attr.t))
     value = onnx.helper.get_attribute_value(attr)
     if isinstance(value, list):
-        return tuple(v.decode() if isinstance(v, bytes) else v for v in value)
-    return value.decode() if isinstance(value, bytes) else value
+        return tuple(v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v for v in value)
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
 def _opsets(model: onnx.ModelProto) -> dict[str, int]:
@@ -357,7 +357,9 @@ def _compare_exact(ours: onnx.ModelProto, ref: onnx.ModelProto, out: list[Differ
 
 
 # ----------------------------------------------------------------------------------------------------------- N
-def _random_inputs(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
+def random_inputs(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
+    """Seeded random data for the model's graph inputs (unknown dims as 1): what tier N and the report's numerics
+    run the models on."""
     rng = np.random.default_rng(seed)
     inits = {t.name for t in model.graph.initializer}
     feeds: dict[str, np.ndarray] = {}
@@ -378,10 +380,6 @@ def _random_inputs(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
         else:
             raise ValueError(f"graph input {vi.name!r}: cannot make random data of type {dtype}")
     return feeds
-
-
-#: the seeded random inputs tier N feeds both models (public for :mod:`qdqopt.bisect`)
-random_inputs = _random_inputs
 
 
 def run_numbers(
@@ -412,7 +410,7 @@ def _compare_numbers(
     ours: onnx.ModelProto, ref: onnx.ModelProto, out: list[Difference], seed: int, base_dir: Path | None
 ) -> bool | None:
     try:
-        feeds = _random_inputs(ref, seed)
+        feeds = random_inputs(ref, seed)
         ya = run_numbers(ours, feeds, base_dir)
         yb = run_numbers(ref, feeds, base_dir)
     except Exception as exc:

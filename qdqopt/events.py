@@ -29,14 +29,16 @@ same channel:
   transpose optimizer's handlers and cost check): a candidate refused; the text is the reason (:class:`NoMatch`),
   in ORT's words where ORT has them (a status message or a comment), the nodes start with the candidate;
 * ``fused`` / ``dropped`` (QDQSelectorActionTransformer): a node unit replaced by one node, or its Q/DQ dropped
-  around the target, with what it became;
+  around the target, with what it became; ``fused`` also comes from the transformer fusions (GeluFusion,
+  LayerNormFusion, AttentionFusion, ...): the candidate (first of the nodes) replaced by one node, its op and
+  name in a :class:`Fusion`;
 * ``converted`` (NhwcTransformer): a node swapped for its channels-last form;
 * ``pushed`` (the transpose optimizer): a Transpose pushed through a node, with what the node became;
 * ``changed`` (the pipeline, after each transformer application that modified the graph): the nodes it added,
   removed and rewired (``data``: a :class:`qdqopt.graph.Changes`), the Resolve's removals excepted.
 
-Their :attr:`Event.data` holds the details a reader needs (:class:`Unit` for a node unit; the transpose
-optimizer's ``PushEvent`` for a layout decision).
+Their :attr:`Event.data` holds the details a reader needs (:class:`Unit` for a node unit, :class:`Fusion` for a
+transformer fusion, the transpose optimizer's ``PushEvent`` for a layout decision).
 
 Steps are printed 1-based, as ORT prints them; levels are ORT's ``TransformerLevel`` numbers (0 to 4). Resolve
 removes unused initializers first, then unused untyped NodeArgs, each in the iteration order of the graph's
@@ -60,11 +62,13 @@ __all__ = [
     "QDQOPT_ONLY",
     "Event",
     "EventLog",
+    "Fusion",
     "Kind",
     "NoMatch",
     "Unit",
     "active",
     "emit",
+    "emit_fused",
     "emit_no_match",
     "recording",
 ]
@@ -226,6 +230,19 @@ class Unit:
     result_op: str | None = None
 
 
+@dataclass(frozen=True)
+class Fusion:
+    """What a transformer fusion (GeluFusion, LayerNormFusion, AttentionFusion, ...) made of a candidate: the op of
+    the node it added (``domain.op`` outside ONNX) and that node's name."""
+
+    op: str
+    node: str
+
+
+def fusion_text(fusion: Fusion) -> str:
+    return f"fused into {fusion.op} {fusion.node!r}"
+
+
 def fused_text(unit: Unit) -> str:
     return f"{unit.op} unit fused into {unit.result_op} (rule {unit.rule})"
 
@@ -331,6 +348,13 @@ def emit(kind: Kind, text: str, nodes: Sequence[str] = (), data: object = None) 
     """Record an event in the active log (nothing happens when no run is recording)."""
     log = _ACTIVE.get()
     return log.add(kind, text, nodes, data) if log is not None else None
+
+
+def emit_fused(candidate: str, op: str, node: str, domain: str = "") -> None:
+    """Record a ``fused`` event: a transformer fusion's ``candidate`` became node ``node`` of type ``op`` (in
+    ``domain``); ``data`` is a :class:`Fusion`, the candidate is the first of the nodes."""
+    fusion = Fusion(f"{domain}.{op}" if domain and domain != "ai.onnx" else op, node)
+    emit(Kind.FUSED, fusion_text(fusion), (candidate, node), fusion)
 
 
 def emit_no_match(no_match: NoMatch, candidate: str, data: object = None) -> None:

@@ -7,6 +7,13 @@ fusion pass sees it) or NhwcTransformer, and stops there. That application recor
 check's refusal (``no-match``, ORT's own words where ORT has them) and each unit fused, dropped or converted and
 each Transpose pushed; a report is those events, grouped by node. Units that only appear after a first round of
 fusion (the fixed-point loop's later steps) are not listed.
+
+The transformer fusions (GeluFusion, LayerNormFusion, AttentionFusion, SkipLayerNormFusion, ...) are explained from
+a whole run at the level asked (:func:`explain_fusions`): a candidate refused in one step may fuse in a later one,
+once an earlier fusion made its input (AttentionFusion needs LayerNormFusion's LayerNormalization). Each candidate
+(the node a pass starts its match from: a LayerNorm-shaped subgraph's ReduceMean, an attention block's
+LayerNormalization, ...) is the first node of its ``no-match`` and ``fused`` events; its report says what it was fused
+into (``fused``, :class:`~qdqopt.events.Fusion`) or which checks refused it, in the order they did.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import TYPE_CHECKING
 import onnx
 
 from qdqopt import events
+from qdqopt.api import run
 from qdqopt.config import SessionConfig
 from qdqopt.errors import UsageError
 from qdqopt.graph import Graph, load_model
@@ -34,18 +42,74 @@ if TYPE_CHECKING:
 __all__ = [
     "FUSION_PASS",
     "NHWC_PASS",
+    "TRANSFORMER_FUSIONS",
     "CandidateReport",
+    "FusionSection",
     "LayoutReport",
-    "candidate_reports",
     "explain",
+    "explain_fusions",
     "explain_layout",
     "explain_pass",
+    "fusion_reports",
     "layout_reports",
     "recorded",
 ]
 
 FUSION_PASS = "QDQSelectorActionTransformer"
 NHWC_PASS = "NhwcTransformer"
+#: the transformer fusions ``explain_fusions`` reports on, in ORT's order (those the level runs)
+TRANSFORMER_FUSIONS = (
+    "GeluFusionL1",
+    "LayerNormFusionL1",
+    "GeluFusionL2",
+    "LayerNormFusionL2",
+    "SimplifiedLayerNormFusion",
+    "AttentionFusion",
+    "EmbedLayerNormFusion",
+    "BiasGeluFusion",
+    "GroupQueryAttentionFusion",
+    "SkipLayerNormFusion",
+    "BiasSkipLayerNormFusion",
+    "FastGeluFusion",
+    "QuickGeluFusion",
+    "SwiGluFusion",
+    "BiasSoftmaxFusion",
+)
+
+
+@dataclass(frozen=True)
+class CandidateReport:
+    """One candidate of a transformer fusion: ``fused`` (``op``: what it became, ``node``: the new node's name) or
+    ``refused`` (``reasons``: each check that refused it, in order, once each; a candidate fused in a later step
+    keeps the earlier refusals)."""
+
+    pass_name: str
+    candidate: str
+    outcome: str
+    op: str | None = None
+    node: str | None = None
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.candidate
+
+    @property
+    def detail(self) -> str:
+        """What it became (``fused into <op> '<node>'``), or the first check that refused it."""
+        if self.outcome == "fused" and self.op is not None and self.node is not None:
+            return events.fusion_text(events.Fusion(self.op, self.node))
+        return self.reasons[0] if self.reasons else ""
+
+
+@dataclass(frozen=True)
+class FusionSection:
+    """A transformer fusion registered for the session: whether qdqopt ran it (``status``: ``ran``, ``not
+    implemented``, or the reason it declined the model) and its candidates, in the order they were first met."""
+
+    pass_name: str
+    status: str
+    candidates: tuple[CandidateReport, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -55,19 +119,6 @@ class LayoutReport:
 
     name: str
     op: str
-    outcome: str
-    detail: str
-    reasons: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class CandidateReport:
-    """One candidate of a fusion pass that reports per candidate (``no-match`` and ``fused`` events whose first node
-    is the candidate, e.g. EmbedLayerNormFusion's LayerNormalizations): ``fused`` (``detail``: what it became) or
-    ``refused`` (``detail``: the check that refused it, ORT's words where ORT logs any; ``reasons``: every reason
-    recorded, innermost first)."""
-
-    name: str
     outcome: str
     detail: str
     reasons: tuple[str, ...] = ()
@@ -165,6 +216,58 @@ def explain_layout(
     return layout_reports(found)
 
 
+def fusion_reports(recorded_events: Iterable[events.Event], pass_name: str) -> list[CandidateReport]:
+    """The candidates of one transformer fusion, from its ``no-match`` and ``fused`` events (candidate first among
+    each event's nodes), in the order they were first met."""
+    reasons: dict[str, list[str]] = {}
+    fused: dict[str, events.Fusion] = {}
+    for event in recorded_events:
+        if event.pass_name != pass_name or not event.nodes:
+            continue
+        candidate = event.nodes[0]
+        if event.kind is events.Kind.NO_MATCH:
+            found = reasons.setdefault(candidate, [])
+            if event.text not in found:
+                found.append(event.text)
+        elif event.kind is events.Kind.FUSED and isinstance(event.data, events.Fusion):
+            reasons.setdefault(candidate, [])
+            fused.setdefault(candidate, event.data)
+    reports: list[CandidateReport] = []
+    for candidate, why in reasons.items():
+        done = fused.get(candidate)
+        if done is not None:
+            reports.append(CandidateReport(pass_name, candidate, "fused", done.op, done.node, tuple(why)))
+        else:
+            reports.append(CandidateReport(pass_name, candidate, "refused", reasons=tuple(why)))
+    return reports
+
+
+def explain_fusions(
+    model: str | os.PathLike[str] | onnx.ModelProto,
+    level: Level | int | str = "extended",
+    *,
+    config: Mapping[str, object] | Iterable[str] | None = None,
+    disabled: Iterable[str] = (),
+    plugins: Iterable[PluginSource] = (),
+) -> list[FusionSection]:
+    """One section per transformer fusion of :data:`TRANSFORMER_FUSIONS` the session registers at this level (in
+    ORT's order), with its candidates, read from the events of a whole run at that level."""
+    result = run(model, level, config=config, disabled=disabled, plugins=plugins).pipeline
+    applied = {entry.name for entry in result.trace}
+    sections: list[FusionSection] = []
+    for name in TRANSFORMER_FUSIONS:
+        if name in result.unsupported:
+            status = f"declined by qdqopt: {result.unsupported[name]}"
+        elif name in result.unimplemented:
+            status = "not implemented by qdqopt"
+        elif name in applied:
+            status = "ran"
+        else:
+            continue
+        sections.append(FusionSection(name, status, tuple(fusion_reports(result.events.events, name))))
+    return sections
+
+
 def layout_reports(recorded_events: Iterable[events.Event]) -> list[LayoutReport]:
     """One report per conv, pool and Resize, in the order NhwcTransformer visited them, from its events (payload
     ``PushEvent``): its own verdict first (``converted`` or ``skipped``), then what the transpose optimizer did."""
@@ -208,21 +311,4 @@ def explain_pass(
     found = recorded(model, level, pass_name, config=config, disabled=disabled, plugins=plugins)
     if found is None:
         raise UsageError(f"{pass_name} does not run in this session (level, disabled, or gated off)")
-    return candidate_reports(found)
-
-
-def candidate_reports(recorded_events: Iterable[events.Event]) -> list[CandidateReport]:
-    """One report per candidate named first by a ``fused`` or ``no-match`` event, in the order first seen."""
-    seen: dict[str, list[events.Event]] = {}
-    for event in recorded_events:
-        if event.kind in (events.Kind.FUSED, events.Kind.NO_MATCH) and event.nodes:
-            seen.setdefault(event.nodes[0], []).append(event)
-    reports: list[CandidateReport] = []
-    for name, found in seen.items():
-        fused = next((e for e in found if e.kind == events.Kind.FUSED), None)
-        if fused is not None:
-            reports.append(CandidateReport(name, "fused", fused.text))
-            continue
-        reasons = tuple(e.text for e in found)
-        reports.append(CandidateReport(name, "refused", reasons[0], reasons))
-    return reports
+    return fusion_reports(found, pass_name)

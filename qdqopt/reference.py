@@ -254,30 +254,48 @@ def check_accepted(model: str | os.PathLike[str] | onnx.ModelProto) -> None:
     run_reference(model, Level.DISABLE_ALL, config={"session.disable_quant_qdq": "1"}, capture_log=False)
 
 
-_CHILD_CHECK = """
-import sys
-from qdqopt.errors import QdqoptError
-from qdqopt.reference import check_accepted
-try:
-    check_accepted(sys.argv[1])
-except QdqoptError as exc:
-    print(exc, file=sys.stderr)
-    sys.exit(3)
+#: :func:`check_accepted` as a script that imports onnxruntime alone (importing qdqopt would take seconds more): it
+#: prints ORT's exception text after the marker line and exits 3 when ORT rejects the model, exits 4 when ORT wrote
+#: no optimized model
+_CHILD_MARKER = "--- qdqopt: ORT rejected the model ---"
+_CHILD_CHECK = f"""
+import os, sys, tempfile
+import onnxruntime as ort
+so = ort.SessionOptions()
+so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+so.add_session_config_entry("session.disable_quant_qdq", "1")
+so.log_severity_level = 3
+with tempfile.TemporaryDirectory(prefix="qdqopt-ref-") as tmp:
+    so.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
+    try:
+        ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        print({_CHILD_MARKER!r}, file=sys.stderr)
+        print(str(exc), file=sys.stderr)
+        sys.exit(3)
+    if not os.path.exists(so.optimized_model_filepath):
+        sys.exit(4)
 """
 
 
 def check_accepted_in_child(path: str | os.PathLike[str]) -> None:
     """:func:`check_accepted` in a child process: ORT's C++ can crash on a model it should reject (a signal then ends
     only the child, and is reported as ORT's crash), and the memory the session takes goes with the child."""
-    package_root = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     proc = subprocess.run(
-        [sys.executable, "-c", _CHILD_CHECK, os.fspath(path)], capture_output=True, text=True, env=env, check=False
+        [sys.executable, "-c", _CHILD_CHECK, os.fspath(path)],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        check=False,
     )
     if proc.returncode == 0:
         return
     if proc.returncode < 0:
         raise ReferenceError(f"ONNX Runtime crashed (signal {-proc.returncode}) creating a session for {path}")
+    if proc.returncode == 3 and _CHILD_MARKER in proc.stderr:
+        text = proc.stderr.split(_CHILD_MARKER, 1)[1]
+        raise ReferenceError(f"ONNX Runtime rejected the model: {_ort_message(RuntimeError(text))}")
+    if proc.returncode == 4:
+        raise ReferenceError("ONNX Runtime did not write an optimized model")
     lines = proc.stderr.strip().splitlines()
-    raise ReferenceError(lines[-1] if proc.returncode == 3 and lines else f"ORT's check failed: {lines[-1:]}")
+    raise ReferenceError(f"ORT's check failed: {lines[-1:]}")

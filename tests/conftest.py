@@ -94,6 +94,46 @@ def transformers_sample() -> frozenset[str]:
     return frozenset(rng.choice(names) for _, names in sorted(groups.items()))
 
 
+# Sweep tests of the sampled transformer fixtures that fail today: (test function, fixture) -> why, where every
+# parametrization of that function on that fixture fails (those passing on one config or level are listed by their
+# full test name instead). The marks are strict: a test that starts passing fails as XPASS, and its line must go. The
+# causes are in docs/ORT_FINDINGS.md ("Transformer fixtures"); `python -m benchmarks.transformer_table` measures all
+# of them. With QDQOPT_FULL=1 the fixtures outside the sample run unmarked.
+_SWEEPS = {"test_disable_all", "test_basic", "test_extended", "test_whole_levels"}
+_SHAPES = "ORT's Resolve infers shapes with constant-initializer data, qdqopt's pass view without: "
+_VIT_DYN = (
+    "the initializer 'pos' has data_location=DEFAULT set explicitly (quantize_dynamic writes it): ORT's saved file "
+    "drops the field, qdqopt copies it (tier P, from DISABLE_ALL on); from EXTENDED on also "
+    + _SHAPES
+    + "value_info shapes differ"
+)
+_VIT_QDQ = (
+    "qdqopt's save-time inference gives '/blocks.0/Div_output_0' dims 17x17 where ORT keeps unknown dims (from "
+    "DISABLE_ALL on, not with no pass at all), and ReshapeFusion fires only in ORT on the QDQ Reshapes"
+)
+_LLAMA_NBITS = _SHAPES + "ConstantFolding folds Shape(Reshape(x, const)) only in ORT"
+_ABOVE_DISABLE_ALL = (
+    "test_fixtures_basic",
+    "test_fixtures_each_pass_alone",
+    "test_fixtures_extended",
+    "test_fixtures_each_level2_pass_alone",
+    "test_fixtures",
+)
+_TRANSFORMER_XFAIL: dict[tuple[str, str], str] = {
+    **{(test, "llama_nbits4_ts14"): _LLAMA_NBITS for test in _ABOVE_DISABLE_ALL},
+    **{(test, "vit_dyn_ts13"): _VIT_DYN for test in _ABOVE_DISABLE_ALL if test != "test_fixtures_each_pass_alone"},
+    ("test_fixtures_disable_all", "vit_dyn_ts13"): _VIT_DYN,
+    **{(test, "vit_qdq_u8u8_ts14"): _VIT_QDQ for test in _ABOVE_DISABLE_ALL},
+    ("test_fixtures_disable_all[vit_qdq_u8u8_ts14-default]", "vit_qdq_u8u8_ts14"): _VIT_QDQ,
+    ("test_fixtures_disable_all[vit_qdq_u8u8_ts14-int8-allowed]", "vit_qdq_u8u8_ts14"): _VIT_QDQ,
+}
+
+
+def _transformer_xfail(item: pytest.Item, name: str) -> str | None:
+    function = getattr(item, "originalname", item.name)
+    return _TRANSFORMER_XFAIL.get((item.name, name)) or _TRANSFORMER_XFAIL.get((function, name))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     sample = realarch_sample()
     transformers = transformers_sample()
@@ -109,6 +149,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if isinstance(name, str) and name in TRANSFORMERS and name not in transformers:
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.skip(reason="transformer fixture outside the CI sample (QDQOPT_FULL=1)"))
+        elif isinstance(name, str) and name in TRANSFORMERS and item.path.stem in _SWEEPS:
+            why = _transformer_xfail(item, name)
+            if why is not None:
+                item.add_marker(pytest.mark.xfail(reason=why, strict=True))
 
 
 def final_reorder_outputs(model: onnx.ModelProto | None) -> int:

@@ -66,7 +66,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("qdqopt.api", "qdqopt.reference", "qdqopt.diff", "qdqopt"),  # the package itself re-exports the API
     ("qdqopt.compare", "qdqopt.explain"),
     ("qdqopt.dumps", "qdqopt.jsonout", "qdqopt.overlay", "qdqopt.bisect"),  # stop and dump, --json, view, bisect
+    ("qdqopt.fuzz",),  # qdqopt fuzz: generated graphs through ORT and qdqopt in child processes
+    ("qdqopt.report",),  # the HTML report: reads runs, comparisons and explain
     ("qdqopt.cli",),
+    ("qdqopt.mutants",),  # runs the command line on mutated files
 )
 
 #: What the bottom layers may import from qdqopt, at all.

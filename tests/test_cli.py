@@ -169,9 +169,12 @@ def test_explain_names_the_units_that_stay_float(capsys: pytest.CaptureFixture[s
     assert "-> com.microsoft.QGemm" in allowed
 
 
-def test_explain_below_extended_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explain", str(example_model()), "--level", "basic"]) == 2
-    assert "does not run in this session" in capsys.readouterr().err
+def test_explain_at_basic_has_no_qdq_units(capsys: pytest.CaptureFixture[str]) -> None:
+    """Below EXTENDED the QDQ fusion does not run: explain shows only the Level1 transformer fusions."""
+    assert main(["explain", str(example_model()), "--level", "basic"]) == 0
+    out = capsys.readouterr().out
+    assert "QDQ node units" not in out
+    assert "GeluFusionL1" in out
 
 
 def _level_blocks(out: str) -> list[str]:
@@ -196,12 +199,16 @@ def test_demo_runs_the_main_job(capsys: pytest.CaptureFixture[str]) -> None:
     assert "isolation" not in out
     assert out.count("tier P") == 10  # five levels, default and int8-allowed
     assert "DIFF" not in out
+    last = out.strip().splitlines()[-2]  # the report's path, then what it holds
+    assert last.startswith("report: ") and "2 setup(s) side by side" in last
+    page = Path(last.removeprefix("report: ").split(" (")[0])
+    assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
 
 
 def test_demo_names_what_qdqopt_lacks(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Without NhwcTransformer (as before issue 9) the demo's LAYOUT and ALL figures show ORT's NHWC rewrite."""
     monkeypatch.delitem(TRANSFORMERS, NHWC, raising=False)
-    assert main(["demo"]) == 1
+    assert main(["demo", "--no-report"]) == 1
     blocks = _level_blocks(capsys.readouterr().out)
     assert len(blocks) == 10
     differing = [b for b in blocks if "tier P" not in b]
@@ -211,7 +218,7 @@ def test_demo_names_what_qdqopt_lacks(monkeypatch: pytest.MonkeyPatch, capsys: p
 
 
 def test_demo_isolated_says_so(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--isolate"]) == 0
+    assert main(["demo", "--isolate", "--no-report"]) == 0
     out = capsys.readouterr().out
     assert "isolation mode (--isolate)" in out and "not fidelity results" in out
     blocks = _level_blocks(out)

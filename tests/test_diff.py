@@ -56,6 +56,16 @@ def test_node_order_breaks_x() -> None:
     assert any(d.where.startswith("node #0") for d in report.differences)
 
 
+def test_node_doc_string_breaks_x_not_s() -> None:
+    """A node's doc_string is part of tier X (ORT keeps it on an untouched node): only X names it."""
+    ours = _model()
+    ours.graph.node[1].doc_string = "kept by ORT"
+    report = compare(ours, _model())
+    assert report.holds("S") and not report.holds("X")
+    assert any(d.tier == "X" and "doc_string 'kept by ORT'" in d.what for d in report.differences)
+    assert compare(ours, ours).holds("X")
+
+
 def test_changed_initializer_breaks_s_and_n() -> None:
     report = compare(_model(weight=3.0), _model())
     assert report.verdict["S"] is False and report.verdict["N"] is False

@@ -52,7 +52,19 @@ from qdqopt.graph.order import ort_topological_order
 from qdqopt.graph.schema import OpSchema, lookup, normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
 
-__all__ = ["Changes", "Edge", "Graph", "Node", "ShapeDims", "View", "dim_values", "dims_equal", "merge_declared"]
+__all__ = [
+    "Changes",
+    "Edge",
+    "Graph",
+    "Node",
+    "ShapeDims",
+    "View",
+    "decode_str",
+    "dim_values",
+    "dims_equal",
+    "merge_declared",
+    "tensor_array",
+]
 
 #: A NodeArg shape (``NodeArg::Shape()``): one entry per dim, an int for a ``dim_value``, a str for a ``dim_param``
 #: the model or ORT gave (the ``unk__<n>`` names ONNX's inference invents stand for dims ORT leaves unknown), None for
@@ -93,6 +105,25 @@ class View(enum.Enum):
     DATA = "data"
 
 
+def decode_str(value: bytes) -> str:
+    """An attribute's string as ORT compares it: UTF-8, and bytes that are not UTF-8 kept as lone surrogates
+    (``surrogateescape``), so that such a value equals no valid name and is still the same bytes when encoded back
+    the same way."""
+    return value.decode("utf-8", "surrogateescape")
+
+
+def tensor_array(tensor: onnx.TensorProto) -> np.ndarray:
+    """``numpy_helper.to_array``, with a tensor whose data does not fill its dims (or holds part of an element)
+    refused as ORT refuses it when it deserializes the initializer (:class:`ModelError`), not a ``ValueError``."""
+    try:
+        return numpy_helper.to_array(tensor)
+    except (ValueError, TypeError) as exc:
+        raise ModelError(
+            f"Deserialize tensor {tensor.name} failed: its data does not match its type and dims {list(tensor.dims)} "
+            f"({exc})"
+        ) from exc
+
+
 def dim_values(shape: ShapeDims | None) -> list[int | None] | None:
     """The dims of ``shape`` as values (``TensorShapeProto_Dimension::dim_value``): a symbolic dim is None too."""
     return None if shape is None else [d if isinstance(d, int) else None for d in shape]
@@ -102,6 +133,15 @@ def dims_equal(a: int | str | None, b: int | str | None) -> bool:
     """ORT's ``operator==`` on two dims of :data:`ShapeDims`: equal values, or equal non-empty symbols; an unknown dim
     equals nothing, and neither does a symbol ONNX's inference invented (in a shape read ``as_written``)."""
     return a is not None and a != "" and not (isinstance(a, str) and a.startswith("unk__")) and a == b
+
+
+def _shape_incomplete(found: onnx.TypeProto) -> bool:
+    """A tensor type without a shape, or with a dim that has neither a value nor a name."""
+    if not found.HasField("tensor_type"):
+        return False
+    if not found.tensor_type.HasField("shape"):
+        return True
+    return any(not d.HasField("dim_value") and not d.dim_param for d in found.tensor_type.shape.dim)
 
 
 def _shape_dims(shape: onnx.TensorShapeProto, as_written: bool) -> ShapeDims:
@@ -210,7 +250,7 @@ class Node:
         if proto is None:
             return default
         value = onnx.helper.get_attribute_value(proto)
-        return value.decode() if isinstance(value, bytes) else value
+        return decode_str(value) if isinstance(value, bytes) else value
 
     # Typed accessors. Each returns the attribute's value when the node has it with that type (ONNX's
     # AttributeProto.type; ORT's loader has checked it against the schema), else ``default`` (None unless given):
@@ -260,9 +300,10 @@ class Node:
     @overload
     def attr_str(self, name: str, default: str) -> str: ...
     def attr_str(self, name: str, default: str | None = None) -> str | None:
-        """A ``STRING`` attribute decoded as UTF-8 (``attr->s()``), or ``default``."""
+        """A ``STRING`` attribute decoded as UTF-8 (``attr->s()``; bytes that are not UTF-8 kept as surrogates, so
+        that they equal no valid name, as in ORT's byte comparison: :func:`decode_str`), or ``default``."""
         proto = self._typed(name, onnx.AttributeProto.STRING)
-        return proto.s.decode() if proto is not None else default
+        return decode_str(proto.s) if proto is not None else default
 
     @overload
     def attr_strs(self, name: str) -> list[str] | None: ...
@@ -271,7 +312,7 @@ class Node:
     def attr_strs(self, name: str, default: list[str] | None = None) -> list[str] | None:
         """A ``STRINGS`` attribute, each decoded as UTF-8, or ``default``."""
         proto = self._typed(name, onnx.AttributeProto.STRINGS)
-        return [v.decode() for v in proto.strings] if proto is not None else default
+        return [decode_str(v) for v in proto.strings] if proto is not None else default
 
     def attr_tensor(self, name: str) -> onnx.TensorProto | None:
         """A ``TENSOR`` attribute (the proto itself, not a copy), or None."""
@@ -370,6 +411,8 @@ class Graph:
         # producer index
         self._data_types: dict[str, onnx.TypeProto] | None = None
         self._data_typed_at: tuple[int, ...] | None = None
+        # the structure when the pass application under way began (the main graph's; None: no pass began)
+        self._pass_began_at: tuple[int, ...] | None = None
         self._node_types: dict[tuple[str, int], onnx.TypeProto | None] = {}
 
     def clone(self, parent: Graph | None = None, parent_node: Node | None = None) -> Graph:
@@ -819,6 +862,8 @@ class Graph:
         self._pass_refreshed = False
         self._pass_refreshed_clean = False
         self._pass_rewired = False
+        if self.parent is None:
+            self._pass_began_at = self._structure_stamp()
 
     def shape(self, value: str, *, view: View = View.PASS, as_written: bool = False) -> ShapeDims | None:
         """``NodeArg::Shape()``: the value's dims (see :data:`ShapeDims`), or None when its shape is unknown.
@@ -957,14 +1002,23 @@ class Graph:
         and nodes were added or removed since (ORT infers at each Resolve, so a NodeArg's type is stable between
         passes)."""
         known = self._data_types
-        if known is not None and value in known:
-            return known[value]
         root = inference.root_of(self)
-        if known is not None and root._data_typed_at == root._structure_stamp():
+        if known is not None and value in known:
+            found = known[value]
+            if not (_shape_incomplete(found) and root._data_stale_at_pass_start()):
+                return found
+        elif known is not None and root._data_typed_at == root._structure_stamp():
             return None
         root._keep_data_types(inference.infer_with_data(root))
         root._data_typed_at = root._structure_stamp()
         return (self._data_types or {}).get(value)
+
+    def _data_stale_at_pass_start(self) -> bool:
+        """Whether nodes were added or removed between the last inference with data and the start of the pass
+        application under way, which has not changed the graph yet: an inference now gives the types the Resolve
+        before this pass gave ORT's NodeArgs (a shape that a fold or fusion of an earlier pass made inferable)."""
+        began = self._pass_began_at
+        return began is not None and self._data_typed_at != began and self._structure_stamp() == began
 
     def _keep_data_types(self, inferred: onnx.GraphProto) -> None:
         types = self._data_types
@@ -1064,7 +1118,7 @@ class Graph:
         """An initializer's value as numpy (converted once, then cached)."""
         if name not in self._arrays:
             proto = self._inits[name]
-            self._arrays[name] = numpy_helper.to_array(proto)
+            self._arrays[name] = tensor_array(proto)
         return self._arrays[name]
 
     def add_initializer(self, tensor: onnx.TensorProto) -> None:
@@ -1421,5 +1475,6 @@ _CLONED_FIELDS = {
     "_pass_rewired",
     "_data_types",
     "_data_typed_at",
+    "_pass_began_at",
     "_node_types",
 }

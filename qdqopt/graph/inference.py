@@ -56,6 +56,64 @@ __all__ = [
 ]
 
 
+# ------------------------------------------------------------------------------------------ ONNX's inference, guarded
+def _clear_negative_dims(type_proto: onnx.TypeProto) -> bool:
+    """Make every negative dim of ``type_proto`` unknown (in place); whether there was one."""
+    which = type_proto.WhichOneof("value")
+    if which in {"tensor_type", "sparse_tensor_type"}:
+        changed = False
+        for dim in getattr(type_proto, which).shape.dim:
+            if dim.HasField("dim_value") and dim.dim_value < 0:
+                dim.ClearField("dim_value")
+                changed = True
+        return changed
+    if which == "sequence_type":
+        return _clear_negative_dims(type_proto.sequence_type.elem_type)
+    if which == "optional_type":
+        return _clear_negative_dims(type_proto.optional_type.elem_type)
+    if which == "map_type":
+        return _clear_negative_dims(type_proto.map_type.value_type)
+    return False
+
+
+def _without_negative_dims(gp: onnx.GraphProto) -> None:
+    """A graph ONNX's inference can be given: a negative dim declared on a value (invalid ONNX, which ORT keeps as a
+    value) becomes unknown, since ONNX's inference functions assume dims are not negative (the ``onnx`` wheel is
+    built with assertions: Slice's ``std::clamp`` aborts the whole process on one)."""
+    for vi in (*gp.input, *gp.output, *gp.value_info):
+        _clear_negative_dims(vi.type)
+    for node in gp.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _without_negative_dims(attr.g)
+            for sub in attr.graphs:
+                _without_negative_dims(sub)
+
+
+def _infer_shapes(model: onnx.ModelProto, *, data_prop: bool = False) -> onnx.ModelProto:
+    """``onnx.shape_inference.infer_shapes`` on ``model`` (edited: negative dims made unknown first)."""
+    _without_negative_dims(model.graph)
+    return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=data_prop)
+
+
+def _infer_node_outputs(
+    schema: onnx.defs.OpSchema,
+    proto: onnx.NodeProto,
+    input_types: dict[str, onnx.TypeProto],
+    input_data: dict[str, onnx.TensorProto],
+    opset_imports: list[onnx.OperatorSetIdProto],
+) -> dict[str, onnx.TypeProto]:
+    """``onnx.shape_inference.infer_node_outputs``, negative dims of the input types made unknown first (on copies);
+    an input tensor with a negative dim is not handed over as data."""
+    safe: dict[str, onnx.TypeProto] = {}
+    for name, found in input_types.items():
+        copy = onnx.TypeProto()
+        copy.CopyFrom(found)
+        safe[name] = copy if _clear_negative_dims(copy) else found
+    data = {name: t for name, t in input_data.items() if all(d >= 0 for d in t.dims)}
+    return onnx.shape_inference.infer_node_outputs(schema, proto, safe, data, opset_imports=opset_imports)
+
+
 def root_of(graph: Graph) -> Graph:
     """The main graph of the model ``graph`` belongs to."""
     while graph.parent is not None:
@@ -85,7 +143,7 @@ def infer_model_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
         if output.type.HasField("tensor_type"):
             output.type.tensor_type.ClearField("shape")
     try:
-        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+        inferred = _infer_shapes(proto)
     except Exception:
         return {}
     types = _types_of(inferred.graph, declared)
@@ -93,7 +151,7 @@ def infer_model_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     masked.CopyFrom(proto)
     if _mask_value_propagation(masked.graph):
         try:
-            propagated = onnx.shape_inference.infer_shapes(masked, strict_mode=False, data_prop=True)
+            propagated = _infer_shapes(masked, data_prop=True)
         except Exception:
             return types
         for name, found in _types_of(propagated.graph, declared).items():
@@ -347,7 +405,7 @@ def infer_types(graph: Graph) -> None:
         model.graph.CopyFrom(_resolve_graph(graph))
         declared = _all_dim_params(model.graph)
         try:
-            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+            inferred = _infer_shapes(model)
         except Exception:  # onnx gave up on the whole model: keep what the schemas can tell
             inferred = model
         _clear_all_invented_dims(inferred.graph, declared)
@@ -520,11 +578,33 @@ def infer_with_data(root: Graph) -> onnx.GraphProto:
     for domain, version in sorted(root.opsets.items()):
         model.opset_import.append(onnx.helper.make_opsetid(domain, version))
     model.graph.CopyFrom(_data_graph(root))
+    declared = _all_dim_params(model.graph)
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        inferred = _infer_shapes(model, data_prop=True)
     except Exception:  # onnx gave up: keep the declared types
         inferred = model
+    # the dim names the model declares (an unk__<n> of its value_info included) are the NodeArgs' dim_params in ORT;
+    # those ONNX's inference invents here are dims ORT leaves unnamed
+    _clear_invented_dims_deep(inferred.graph, declared)
     return inferred.graph
+
+
+def _all_dim_params(gp: onnx.GraphProto) -> set[str]:
+    """Every dim_param a graph and its subgraphs declare."""
+    names = _dim_params(gp)
+    for node in gp.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                names |= _all_dim_params(sub)
+    return names
+
+
+def _clear_invented_dims_deep(gp: onnx.GraphProto, declared: set[str]) -> None:
+    _clear_invented_dims(gp, declared)
+    for node in gp.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                _clear_invented_dims_deep(sub, declared)
 
 
 def _data_graph(graph: Graph) -> onnx.GraphProto:
@@ -604,8 +684,8 @@ def infer_node_output(
     proto = onnx.NodeProto(op_type=node.op_type, domain=node.domain, input=node.inputs, output=node.outputs)
     proto.attribute.extend(node.attributes[a] for a in node.attribute_order())
     try:
-        outputs = onnx.shape_inference.infer_node_outputs(
-            schema, proto, input_types, input_data, opset_imports=[onnx.helper.make_opsetid(node.domain, opset or 0)]
+        outputs = _infer_node_outputs(
+            schema, proto, input_types, input_data, [onnx.helper.make_opsetid(node.domain, opset or 0)]
         )
     except Exception:  # onnx's inference function gave up: the whole graph's inference decides
         return None
@@ -646,7 +726,7 @@ def update_shape_inference(graph: Graph, node: Node) -> None:
     proto.attribute.extend(node.attributes[a] for a in node.attribute_order())
     opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in sorted(graph.opsets.items())]
     try:
-        inferred = onnx.shape_inference.infer_node_outputs(schema, proto, input_types, input_data, opset_imports=opsets)
+        inferred = _infer_node_outputs(schema, proto, input_types, input_data, opsets)
     except Exception:  # ONNX's inference rejected the node: its outputs keep their types
         return
     for name in node.outputs:

@@ -41,7 +41,7 @@ from google.protobuf.message import DecodeError, Message
 from onnx import numpy_helper
 
 from qdqopt.errors import ModelError
-from qdqopt.graph.core import Graph, Node
+from qdqopt.graph.core import Graph, Node, tensor_array
 from qdqopt.graph.inference import fill_unknown, has_dim, infer_model_types, lenient_merge, merge_type, shapes_conflict
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
@@ -189,6 +189,29 @@ def load_model(source: str | os.PathLike[str] | onnx.ModelProto, *, inline_local
     return model
 
 
+def _check_utf8(message: Message, where: str, path: str = "") -> None:
+    """Raise :class:`ModelError` on a string field (a name, an op type, a doc_string ...) that is not valid UTF-8.
+
+    ONNX's strings are UTF-8; ORT's C++ keeps such a name as bytes, but protobuf's Python binding hands it over as
+    ``bytes`` where every other name is a ``str``, so qdqopt cannot take the model (an attribute's string is
+    ``bytes`` by type, and read with :meth:`qdqopt.graph.core.Node.attr_str`, which keeps undecodable bytes)."""
+    for descriptor, value in message.ListFields():
+        if descriptor.type == FieldDescriptor.TYPE_STRING:
+            values = value if _is_repeated(descriptor) else [value]
+            for item in values:
+                if isinstance(item, bytes):
+                    label = f"{path}.{descriptor.name}" if path else descriptor.name
+                    raise ModelError(f"{where}: {label} is not valid UTF-8 ({item[:40]!r}); ONNX strings are UTF-8")
+        elif descriptor.type == FieldDescriptor.TYPE_MESSAGE:
+            items = value if _is_repeated(descriptor) else [value]
+            for i, item in enumerate(items):
+                name = getattr(item, "name", "") if descriptor.name in ("node", "initializer", "attribute") else ""
+                step = f"{descriptor.name}[{i}]" if _is_repeated(descriptor) else descriptor.name
+                if isinstance(name, str) and name:
+                    step += f" {name!r}"
+                _check_utf8(item, where, f"{path}.{step}" if path else step)
+
+
 class _NotSplittable(Exception):
     """The file is not plain protobuf wire data :func:`_read_split` can take apart (it is parsed whole instead)."""
 
@@ -204,6 +227,7 @@ def _read_parts(
     model). A smaller one is parsed whole, which is faster.
     """
     if isinstance(source, onnx.ModelProto):
+        _check_utf8(source, "the model")
         header = onnx.ModelProto()
         _copy_except(header, source, "graph")
         return header, source.graph, list(source.graph.initializer), None
@@ -218,8 +242,11 @@ def _read_parts(
                 raise ModelError(f"{path}: not an ONNX model (no graph)")
             base = path.resolve().parent
             _check_external_locations(gp, base, path, initializers)
+            for part in (header, gp, *initializers):
+                _check_utf8(part, str(path))
             return header, gp, initializers, base
     whole, whole_base = read_model_proto(path)
+    _check_utf8(whole, str(path))
     header = onnx.ModelProto()
     _copy_except(header, whole, "graph")
     return header, whole.graph, list(whole.graph.initializer), whole_base
@@ -486,9 +513,14 @@ def _build_graph(
             graph.add_initializer(_normalise_initializer(tensor))
             if ir_version < 4:
                 graph.inputs.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
+    made: set[str] = set()
     for node_proto in gp.node:
         if _is_constant(node_proto):
             continue
+        for out in node_proto.output:  # ORT's loader: a value is defined once, by an initializer or by one node
+            if out and (out in made or graph.is_initializer(out)):
+                raise ModelError(f"This is an invalid model. Error: Duplicate definition of name ({out}).")
+            made.add(out)
         graph.original_nodes.append(node_proto)
         node = _add_proto_node(graph, node_proto, node_proto.domain, original=node_proto)
         for attr in node_proto.attribute:
@@ -592,7 +624,7 @@ def _normalise_initializer(tensor: onnx.TensorProto) -> onnx.TensorProto:
         or _byte_size(tensor) < RAW_THRESHOLD_BYTES
     ):
         return tensor
-    array = numpy_helper.to_array(tensor)
+    array = tensor_array(tensor)
     raw = numpy_helper.from_array(array, tensor.name)
     out = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
     out.raw_data = raw.raw_data

@@ -1,5 +1,6 @@
-"""AttentionFusion: a BERT or DistilBERT self-attention block becomes one com.microsoft Attention node
-(``attention_fusion.cc`` and ``attention_fusion_helper.h``, Level2, CPU EP)::
+"""AttentionFusion: a BERT, DistilBERT or GPT-2 self-attention block becomes one com.microsoft Attention node
+(``attention_fusion.cc`` and ``attention_fusion_helper.h``, Level2, CPU EP; the GPT-2 form and the matchers it
+shares with BERT in :mod:`qdqopt.passes.attention_fusion_helper`)::
 
     before (BERT)                                                     after
     LN -> q/k/v MatMul(WxW) -> Add(W) -> Reshape(0,0,N,H) -> Transpose   LN, qkv_weights [W, 3W], qkv_bias [3W],
@@ -11,9 +12,10 @@ Rules (ORT 1.32):
 
 * every node in one topological snapshot, subgraphs first; a candidate is a LayerNormalization (ai.onnx 1 or 17) on
   a compatible EP with 2 to 6 output edges and a bias input whose shape is ``[W]`` (known): ``W`` is the hidden
-  size. Its consumers must be 1 Add, 3 MatMuls and as many Shapes as edges beyond 4 (BERT or DistilBERT); a
-  candidate with 1 Reshape and 1 or 3 Shapes is ORT's GPT-2 form, which qdqopt does not implement (see
-  :meth:`AttentionFusion.unsupported`);
+  size. Its consumers must be 1 Add, 3 MatMuls and as many Shapes as edges beyond 4 (BERT or DistilBERT), or 1
+  Reshape and 1 or 3 Shapes and nothing else (GPT-2, ``FuseGptAttention``). Before that, ORT 1.32 tries every
+  node as the qkv MatMul of a MobileCLIP block (``TryFuseMobileClipMHA``: MatMul -> Reshape -> Split(3) ->
+  MultiHeadAttention; :mod:`qdqopt.passes.attention_fusion_mobileclip`);
 * path v, from that Add up its input 0: Add (7, 13) <- MatMul (1, 9, 13) <- Reshape (5, 13) <- Transpose (1, 13)
   <- qkv MatMul (input 1) <- v Transpose <- v Reshape <- v Add <- v MatMul <- the same LayerNormalization. The v
   Add and v MatMul, the output Transpose, the qkv MatMul, the v Transpose and v Reshape have one output edge
@@ -32,12 +34,17 @@ Rules (ORT 1.32):
   with one output edge; Where's X the scalar -inf, its Y the q.k MatMul, which also feeds the Expand's shape
   through a Shape; Equal's B the scalar 0; the mask Reshape's shape a Concat of 4: Unsqueeze <- Gather(0) <- Shape
   and Unsqueeze <- Gather(1) <- Shape, both Shapes of the LayerNormalization's output, the first Unsqueeze the one
-  the output Reshape's Concat reads, the middle inputs ``[1]`` and ``[1]``;
+  the output Reshape's Concat reads, the middle inputs ``[1]`` and ``[1]``; the Attention's ``mask_filter_value``
+  is then -10000 (``AttentionMaskNodesDistilBert``'s default: the Where's -inf is not read). In a full session the
+  output Reshape keeps its Concat only when Level1's ReshapeFusion cannot fold it: with named batch and sequence
+  dims it folds to ``(0, -1, W)``, which the v path refuses;
 * path q: BERT: the mask Add's input 0 is a Div (7, 13) of a MatMul (1, 9) output; DistilBERT: the Where's input 2
   is a MatMul (1, 9, 13) of a Div (7, 13). From the q.k pivot: Transpose (0,2,1,3) <- Reshape ``(0, 0 or -1, N,
   H)`` <- Add <- MatMul <- LayerNormalization-1 (17 is refused here), the Div's input 1 the scalar ``sqrt(H)``;
   path k: the q.k MatMul's input 1: Transpose (0,2,3,1) <- Reshape (same constant rule) <- Add <- MatMul <- the
-  LayerNormalization; q/k MatMul and Add initializers as for v;
+  LayerNormalization; q/k MatMul and Add initializers as for v; 1.32 refuses a q or k Reshape, Transpose, Add or
+  MatMul with another consumer or a graph output ("q path has an external use", "q projection has an external
+  use", and k's);
 * the q, k and v weights (and biases) are initializers of one type, float or float16; the mask input has rank 2
   and type int64, int32 or float (else nothing is changed).
 
@@ -57,19 +64,27 @@ then the Where, Expand, mask Reshape, Equal and the Shape of q.k.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 
-from qdqopt.events import Kind, NoMatch, emit, emit_no_match
+from qdqopt.events import NoMatch, emit_fused, emit_no_match
 from qdqopt.graph import Graph, Node
+from qdqopt.passes.attention_fusion_helper import (
+    MaskNodes,
+    external_use_free,
+    fuse_gpt_attention,
+    int_value_is,
+    match_input_mask,
+    reshape_constant,
+)
+from qdqopt.passes.attention_fusion_helper import perm_is as _perm_is
+from qdqopt.passes.attention_fusion_mobileclip import try_fuse_mobileclip_mha
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
     EdgeToMatch,
     append_tensor_from_initializer,
     check_output_edges,
-    constant_initializer,
     find_path,
     input_node,
     is_initializer,
@@ -78,7 +93,7 @@ from qdqopt.passes.graph_utils import (
     output_nodes,
     remove_nodes_with_one_output_bottom_up,
 )
-from qdqopt.passes.qdq_util import is_initializer_with_expected_value, is_scalar_arg
+from qdqopt.passes.qdq_util import is_initializer_with_expected_value
 
 __all__ = ["AttentionFusion"]
 
@@ -125,17 +140,6 @@ K_PATH = (
 #: BERT: the mask Add's input 0 back to the q.k MatMul; DistilBERT: the Where's input 2 back to the q Div
 BERT_QK_PATH = (EdgeToMatch(0, 0, "Div", (7, 13)), EdgeToMatch(0, 0, "MatMul", (1, 9)))
 DISTIL_QK_PATH = (EdgeToMatch(0, 2, "MatMul", _MATMUL), EdgeToMatch(0, 0, "Div", (7, 13)))
-MASK_PATH = (
-    EdgeToMatch(0, 0, "Add", _ADD),
-    EdgeToMatch(0, 1, "Mul", (7, 13)),
-    EdgeToMatch(0, 0, "Sub", (7, 13)),
-)
-MASK_FORMAT_1 = (
-    EdgeToMatch(0, 1, "Cast", (9,)),
-    EdgeToMatch(0, 0, "Unsqueeze", (1, 11)),
-    EdgeToMatch(0, 0, "Unsqueeze", (1, 11)),
-)
-MASK_FORMAT_2 = (EdgeToMatch(0, 1, "Unsqueeze", (1, 11)), EdgeToMatch(0, 0, "Unsqueeze", (1, 11)))
 DISTIL_MASK_PATH = (
     EdgeToMatch(0, 0, "Softmax", _SOFTMAX),
     EdgeToMatch(0, 0, "Where", (9,)),
@@ -145,21 +149,8 @@ DISTIL_MASK_PATH = (
 )
 
 
-@dataclass
-class MaskNodes:
-    """``AttentionMaskNodes`` (BERT) or ``AttentionMaskNodesDistilBert``: the nodes of the mask subgraph."""
-
-    softmax: Node
-    mask_input: str
-    mask_filter_value: float
-    remove_always: list[Node] = field(default_factory=list)  # gone with every fusion
-    mul: Node | None = None  # BERT: the shared part goes when the Mul has one consumer left
-    shared: list[Node] = field(default_factory=list)
-    distil_reshape: Node | None = None  # DistilBERT: the mask Reshape (its Concat goes bottom up)
-
-
-def _perm_is(node: Node, perm: tuple[int, ...]) -> bool:
-    return node.attr_ints("perm") == list(perm)
+#: ``AttentionMaskNodesDistilBert::mask_filter_value``: the DistilBERT matcher never sets it (not the Where's -inf)
+DISTIL_MASK_FILTER_VALUE = -10000.0
 
 
 def _validate_shape(graph: Graph, name: str, dims: list[int]) -> bool:
@@ -179,69 +170,23 @@ def _bias_ok(graph: Graph, add: Node, hidden: int) -> bool:
     return is_initializer(graph, name) and _validate_shape(graph, name, [hidden])
 
 
-def _int_value_is(graph: Graph, name: str, expected: int) -> bool:
-    """``IsInitializerWithExpectedValue(int64_t, is_constant=true)``: a scalar int32/int64 constant equal to it."""
-    if not name or not is_scalar_arg(graph, name) or constant_initializer(graph, name) is None:
-        return False
-    tensor = graph.constant_initializer(name)
-    if tensor is None or tensor.data_type not in (_TP.INT64, _TP.INT32):
-        return False
-    array = graph.constant_array(name)
-    return array is not None and int(array.reshape(-1)[0]) == expected
-
-
-def _float_scalar(graph: Graph, name: str) -> float | None:
-    """The value of a float scalar initializer (the mask Mul's constant), or None."""
-    if not name or not is_scalar_arg(graph, name):
-        return None
-    tensor = graph.initializer(name)
-    if tensor is None or tensor.data_type != _TP.FLOAT:
-        return None
-    return float(np.float32(graph.array(name).reshape(-1)[0]))
-
-
-def _reshape_constant(graph: Graph, node: Node) -> list[int] | None:
-    data: list[int] = []
-    return data if append_tensor_from_initializer(graph, node.inputs[1], data) else None
-
-
-def _graphs(graph: Graph) -> list[Graph]:
-    """The graph and its subgraphs, nested ones included."""
-    found = [graph]
-    for _, _, sub in graph.subgraphs():
-        found += _graphs(sub)
-    return found
-
-
 class AttentionFusion(GraphTransformer):
     """Fuse a BERT / DistilBERT self-attention block hanging off a LayerNormalization into Attention."""
 
     name = "AttentionFusion"
     compatible_eps = ("CPUExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider")
 
-    def unsupported(self, graph: Graph, ctx: PassContext) -> str | None:
-        """ORT's GPT-2 form (``FuseGptAttention``: the LayerNormalization feeds one Reshape and 1 or 3 Shapes) and
-        its MobileCLIP form (``TryFuseMobileClipMHA``: a MatMul -> Reshape -> Split into 3) are not implemented."""
-        for g in _graphs(graph):
-            for node in g.nodes():
-                if is_supported_op(node, "LayerNormalization", _LN):
-                    kinds = [c.op_type for c in output_nodes(g, node)]
-                    reshapes, shapes = kinds.count("Reshape"), kinds.count("Shape")
-                    if reshapes == 1 and shapes in (1, 3) and reshapes + shapes == len(kinds):
-                        return "a GPT-2 attention candidate (FuseGptAttention is not implemented)"
-                if is_supported_op(node, "Split", (13, 18)) and len(node.outputs) == 3:
-                    parent = input_node(g, node, 0)
-                    if parent is not None and parent.op_type == "Reshape":
-                        grand = input_node(g, parent, 0)
-                        if grand is not None and grand.op_type == "MatMul":
-                            return "a MobileCLIP attention candidate (TryFuseMobileClipMHA is not implemented)"
-        return None
-
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         mask_int32: dict[str, str] = {}  # mask input -> its int32 version, for this application
         return self.visit_in_order(graph, ctx, graph_level, lambda node: self._visit(graph, node, mask_int32))
 
     def _visit(self, graph: Graph, node: Node, mask_int32: dict[str, str]) -> bool:
+        mobileclip = try_fuse_mobileclip_mha(graph, node, self.compatible_eps)
+        if isinstance(mobileclip, str):
+            emit_fused(node.name, "MultiHeadAttention", mobileclip, MS_DOMAIN)
+            return True
+        if mobileclip is not None:
+            emit_no_match(mobileclip, node.name)
         edges = output_edge_count(graph, node)
         if not 2 <= edges <= 6 or not is_supported_op(node, "LayerNormalization", _LN):
             return False
@@ -254,14 +199,18 @@ class AttentionFusion(GraphTransformer):
         hidden = bias_shape[0]
         children = output_nodes(graph, node)
         kinds = [c.op_type for c in children]
-        if not (kinds.count("Add") == 1 and kinds.count("MatMul") == 3 and kinds.count("Shape") == edges - 4):
+        reshapes, shapes = kinds.count("Reshape"), kinds.count("Shape")
+        if kinds.count("Add") == 1 and kinds.count("MatMul") == 3 and shapes == edges - 4:  # BERT or DistilBERT
+            add = next(c for c in children if c.op_type == "Add")
+            found = self._fuse_subgraph(graph, node, add, hidden, mask_int32)
+        elif reshapes == 1 and shapes in (1, 3) and reshapes + shapes == edges:  # GPT-2
+            found = fuse_gpt_attention(graph, node, hidden, mask_int32, shapes == 1)
+        else:
             return False
-        add = next(c for c in children if c.op_type == "Add")
-        found = self._fuse_subgraph(graph, node, add, hidden, mask_int32)
         if isinstance(found, NoMatch):
             emit_no_match(found, node.name)
             return False
-        emit(Kind.FUSED, f"attention block fused into com.microsoft.Attention {found!r}", (node.name, found))
+        emit_fused(node.name, "Attention", found, MS_DOMAIN)
         return True
 
     # ------------------------------------------------------------------------------------------------ matching
@@ -289,7 +238,7 @@ class AttentionFusion(GraphTransformer):
         ):
             return NoMatch("Failed in match v_matmul and v_add input shape", (matmul.name, v_matmul.name))
         parent_nodes = [reshape, transpose, qkv_matmul, v_transpose, v_reshape, v_add, v_matmul]
-        mask = self._match_input_mask(graph, qkv_matmul)
+        mask = match_input_mask(graph, qkv_matmul)
         distil = False
         if isinstance(mask, NoMatch):
             distil_mask = self._match_distil_mask(graph, ln, qkv_matmul, record_unsqueeze)
@@ -334,7 +283,7 @@ class AttentionFusion(GraphTransformer):
             return NoMatch("Failed in match Transpose attribute perm. Expected: 0, 2, 1, 3", (transpose.name,))
         if not _perm_is(v_transpose, (0, 2, 1, 3)):
             return NoMatch("Failed in match v_transpose attribute perm. Expected: 0, 2, 1, 3", (v_transpose.name,))
-        v_shape = _reshape_constant(graph, v_reshape)
+        v_shape = reshape_constant(graph, v_reshape)
         if (
             v_shape is None
             or len(v_shape) != 4
@@ -346,7 +295,7 @@ class AttentionFusion(GraphTransformer):
         ):
             return NoMatch("v_reshape initializer value is not expected", (v_reshape.name,))
         num_heads, head_size = v_shape[2], v_shape[3]
-        out_shape = _reshape_constant(graph, reshape)
+        out_shape = reshape_constant(graph, reshape)
         if out_shape is None:
             record = self._distil_reshape_shape(graph, reshape, hidden)
             if record is None:
@@ -373,44 +322,6 @@ class AttentionFusion(GraphTransformer):
         if not append_tensor_from_initializer(graph, concat.inputs[2], width) or width != [hidden]:
             return None
         return path[1].index
-
-    def _match_input_mask(self, graph: Graph, qkv_matmul: Node) -> MaskNodes | NoMatch:
-        """``MatchInputMaskSubgraph`` (BERT's Unsqueeze -> Unsqueeze -> [Cast] -> Sub -> Mul -> Add -> Softmax)."""
-        found = find_path(graph, qkv_matmul, True, (EdgeToMatch(0, 0, "Softmax", _SOFTMAX),))
-        if found is None:
-            return NoMatch("Failed to find Softmax node")
-        softmax = found[0]
-        if not check_output_edges(graph, softmax, 1):
-            return NoMatch("Output edge count not expected for Softmax", (softmax.name,))
-        path = find_path(graph, softmax, True, MASK_PATH)
-        if path is None:
-            return NoMatch("Failed to find path for mask", (softmax.name,))
-        mask_add, mask_mul, mask_sub = path
-        cast: Node | None = None
-        fmt = find_path(graph, mask_sub, True, MASK_FORMAT_1)
-        if fmt is not None:
-            cast, unsq2, unsq1 = fmt
-        else:
-            fmt = find_path(graph, mask_sub, True, MASK_FORMAT_2)
-            if fmt is None:
-                return NoMatch("Failed to find path for mask", (mask_sub.name,))
-            unsq2, unsq1 = fmt
-        for n in (softmax, mask_add, mask_sub, cast, unsq2, unsq1):
-            if n is not None and not check_output_edges(graph, n, 1):
-                return NoMatch("Output edge count not expected for mask nodes", (n.name,))
-        if softmax.attr_int("axis") != 3:
-            return NoMatch("Softmax attribute axis is expected to be 3", (softmax.name,))
-        if unsq1.attr_ints("axes") != [1]:
-            return NoMatch("mask_unsqueeze_1 axes not matched. Expect: 1", (unsq1.name,))
-        if unsq2.attr_ints("axes") != [2]:
-            return NoMatch("mask_unsqueeze_2 axes not matched. Expect: 2", (unsq2.name,))
-        if not is_initializer_with_expected_value(graph, mask_sub.inputs[0], 1.0, is_constant=False):
-            return NoMatch("mask_sub const input not matched", (mask_sub.name,))
-        value = _float_scalar(graph, mask_mul.inputs[1])
-        if value is None:
-            return NoMatch("mask_mul const input not matched", (mask_mul.name,))
-        shared = [mask_mul, mask_sub, *([cast] if cast is not None else []), unsq2, unsq1]
-        return MaskNodes(softmax, unsq1.inputs[0], value, [softmax, mask_add], mask_mul, shared)
 
     def _match_distil_mask(
         self, graph: Graph, ln: Node, qkv_matmul: Node, record_unsqueeze: int | None
@@ -466,7 +377,7 @@ class AttentionFusion(GraphTransformer):
         if path2 is None:
             return NoMatch("Failed to find reshape shape path 2", (concat.name,))
         _, gather2, shape2 = path2
-        if not _int_value_is(graph, gather1.inputs[1], 0) or not _int_value_is(graph, gather2.inputs[1], 1):
+        if not int_value_is(graph, gather1.inputs[1], 0) or not int_value_is(graph, gather2.inputs[1], 1):
             return NoMatch("gather indices not matched.", (gather1.name, gather2.name))
         if len(shape1.inputs) != 1 or len(shape2.inputs) != 1 or shape1.inputs[0] != shape2.inputs[0]:
             return NoMatch("the two Shapes do not read one value", (shape1.name, shape2.name))
@@ -478,11 +389,10 @@ class AttentionFusion(GraphTransformer):
             data: list[int] = []
             if not append_tensor_from_initializer(graph, concat.inputs[i], data) or data != [1]:
                 return NoMatch("the mask Concat's middle inputs are not [1], [1]", (concat.name,))
-        value = _float_scalar(graph, where.inputs[1])
         return MaskNodes(
             softmax,
             equal.inputs[0],
-            value if value is not None else float("-inf"),
+            DISTIL_MASK_FILTER_VALUE,
             [softmax, where, expand, reshape, equal, shape],
             distil_reshape=reshape,
         )
@@ -509,6 +419,8 @@ class AttentionFusion(GraphTransformer):
         q_transpose, q_reshape, q_add, q_matmul, q_root = q
         if q_root.index != ln.index:
             return NoMatch("q root should be layer normalization", (q_root.name,))
+        if not external_use_free(graph, q_reshape, q_transpose):
+            return NoMatch("q path has an external use", (q_reshape.name, q_transpose.name))
         checked = self._check_qk_reshape(graph, q_reshape, num_heads, head_size, "q_reshape const not matched")
         if checked is not None:
             return checked
@@ -516,6 +428,8 @@ class AttentionFusion(GraphTransformer):
             return NoMatch("qk_div const not matched.", (qk_div.name,))
         if not _perm_is(q_transpose, (0, 2, 1, 3)):
             return NoMatch("q_transpose perm attribute not matched", (q_transpose.name,))
+        if not external_use_free(graph, q_add, q_matmul):
+            return NoMatch("q projection has an external use", (q_add.name, q_matmul.name))
         if not (_bias_ok(graph, q_add, hidden) and _matmul_weight_ok(graph, q_matmul, hidden)):
             return NoMatch("q_matmul and q_add shape not matched", (q_matmul.name, q_add.name))
         k = find_path(graph, qk_matmul, True, K_PATH)
@@ -524,11 +438,15 @@ class AttentionFusion(GraphTransformer):
         k_transpose, k_reshape, k_add, k_matmul, k_root = k
         if k_root.index != ln.index:
             return NoMatch("k root is not layer norm", (k_root.name,))
+        if not external_use_free(graph, k_reshape, k_transpose):
+            return NoMatch("k path has an external use", (k_reshape.name, k_transpose.name))
         if not _perm_is(k_transpose, (0, 2, 3, 1)):
             return NoMatch("k_transpose perm attribute not matched", (k_transpose.name,))
         checked = self._check_qk_reshape(graph, k_reshape, num_heads, head_size, "k_reshape const not matched")
         if checked is not None:
             return checked
+        if not external_use_free(graph, k_add, k_matmul):
+            return NoMatch("k projection has an external use", (k_add.name, k_matmul.name))
         if not (_bias_ok(graph, k_add, hidden) and _matmul_weight_ok(graph, k_matmul, hidden)):
             return NoMatch("k_matmul and k_add shape not matched", (k_matmul.name, k_add.name))
         v_add, v_matmul = parent_nodes[5], parent_nodes[6]
@@ -582,7 +500,7 @@ class AttentionFusion(GraphTransformer):
     @staticmethod
     def _check_qk_reshape(graph: Graph, reshape: Node, num_heads: int, head_size: int, reason: str) -> NoMatch | None:
         """``CheckNodesInPathQ`` / ``CheckNodesInPathK``: the Reshape constant is ``(0, 0 or -1, N, H)``."""
-        shape = _reshape_constant(graph, reshape)
+        shape = reshape_constant(graph, reshape)
         if (
             shape is None
             or len(shape) != 4

@@ -25,7 +25,7 @@ Rules (ORT 1.32):
 
 from __future__ import annotations
 
-from qdqopt.events import NoMatch, emit_no_match
+from qdqopt.events import NoMatch, emit_fused, emit_no_match
 from qdqopt.graph import Graph, Node, dims_equal
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import check_output_edges, finalize_nodes_fusion, is_supported_op, output_nodes
@@ -94,4 +94,5 @@ class BiasGeluFusion(GraphTransformer):
             ep=gelu.ep,
         )
         finalize_nodes_fusion(graph, [add, gelu], fused)
+        emit_fused(add.name, op_type, fused.name, MS_DOMAIN)
         return True

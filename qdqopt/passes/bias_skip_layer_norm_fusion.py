@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import onnx
 
+from qdqopt.events import emit_fused
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
@@ -145,7 +146,8 @@ class BiasSkipLayerNormFusion(GraphTransformer):
         ep = sln.ep
         graph.remove_node(add)
         graph.remove_node(sln)
-        graph.add_node(
+        candidate = sln.name
+        fused = graph.add_node(
             graph.generate_node_name("SkipLayerNormalization"),
             "SkipLayerNormalization",
             inputs,
@@ -155,4 +157,5 @@ class BiasSkipLayerNormFusion(GraphTransformer):
             doc_string="fused SkipLayerNormalization and bias Add",
             ep=ep,
         )
+        emit_fused(candidate, "SkipLayerNormalization", fused.name, MS_DOMAIN)
         return True

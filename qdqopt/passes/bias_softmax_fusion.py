@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import onnx
 
-from qdqopt.events import NoMatch, emit_no_match
+from qdqopt.events import NoMatch, emit_fused, emit_no_match
 from qdqopt.graph import Graph, Node, ShapeDims, dims_equal
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import check_output_edges, finalize_nodes_fusion, is_supported_op, output_nodes
@@ -133,4 +133,5 @@ class BiasSoftmaxFusion(GraphTransformer):
             ep=add.ep,
         )
         finalize_nodes_fusion(graph, [add, softmax], fused)
+        emit_fused(add.name, "BiasSoftmax", fused.name, MS_DOMAIN)
         return True

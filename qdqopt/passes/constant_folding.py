@@ -62,7 +62,7 @@ from onnx import numpy_helper
 from qdqopt.config import SessionConfig
 from qdqopt.evaluate import NodeEvaluation, evaluate_node
 from qdqopt.graph import Graph, Node, View
-from qdqopt.graph.core import merge_declared
+from qdqopt.graph.core import merge_declared, tensor_array
 from qdqopt.graph.inference import update_shape_inference
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.base import GraphTransformer, PassContext
@@ -331,7 +331,7 @@ def _checked(value: int) -> int | None:
 def _constant_of_shape_bytes(node: Node, shape_tensor: onnx.TensorProto) -> int | None:
     if shape_tensor.data_type != _T.INT64:
         return None
-    dims = numpy_helper.to_array(shape_tensor).reshape(-1)
+    dims = tensor_array(shape_tensor).reshape(-1)
     total = 1
     for d in dims.tolist():
         if d < 0:
@@ -417,7 +417,7 @@ def _fold_if(graph: Graph, if_node: Node) -> bool:
     condition = constant_initializer(graph, if_node.inputs[0])
     if condition is None:
         return False
-    values = numpy_helper.to_array(condition).reshape(-1)
+    values = tensor_array(condition).reshape(-1)
     if values.size != 1:
         return False
     taken = "then_branch" if bool(values[0]) else "else_branch"

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from qdqopt.graph import Graph, Node
+from qdqopt.graph.core import tensor_array
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.constant_folding import is_deterministic
@@ -188,7 +188,7 @@ def _attribute_value(attr: onnx.AttributeProto) -> object:
             if tensor.data_type == onnx.TensorProto.STRING:
                 return ("t", tensor.data_type, tuple(bytes(s) for s in tensor.string_data))
             try:
-                data = numpy_helper.to_array(tensor).tobytes()
+                data = tensor_array(tensor).tobytes()
             except Exception:
                 return _Never()
             return ("t", tensor.data_type, data)

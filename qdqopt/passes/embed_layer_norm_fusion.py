@@ -55,7 +55,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from qdqopt.events import Kind, NoMatch, emit, emit_no_match
+from qdqopt.events import NoMatch, emit_fused, emit_no_match
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
@@ -528,4 +528,4 @@ class EmbedLayerNormFusion(GraphTransformer):
             if graph.node(node.index) is not None:
                 graph.remove_node(node)
         graph.set_output(fused, 0, ln_output)
-        emit(Kind.FUSED, f"fused into com.microsoft.EmbedLayerNormalization {fused.name!r}", (ln.name, fused.name))
+        emit_fused(ln.name, "EmbedLayerNormalization", fused.name, MS)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from qdqopt.events import NoMatch, emit_no_match
+from qdqopt.events import NoMatch, emit_fused, emit_no_match
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
@@ -214,6 +214,7 @@ class FastGeluFusion(GraphTransformer):
             ep=node.ep,
         )
         finalize_nodes_fusion(graph, found.nodes, fast_gelu)
+        emit_fused(node.name, "FastGelu", fast_gelu.name, MS_DOMAIN)
         return True
 
     def _finish(self, graph: Graph, node: Node, found: _Match, second: bool) -> _Match | NoMatch:

@@ -35,7 +35,7 @@ Rules (ORT 1.32):
 
 from __future__ import annotations
 
-from qdqopt.events import NoMatch, emit_no_match
+from qdqopt.events import NoMatch, emit_fused, emit_no_match
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
@@ -104,6 +104,7 @@ class GeluFusion(GraphTransformer):
             ep=div.ep,
         )
         finalize_nodes_fusion(graph, found, gelu)
+        emit_fused(div.name, "Gelu", gelu.name, domain)
         return True
 
     def _step(self, graph: Graph, node: Node, div: Node, op: str, versions: tuple[int, ...]) -> str:

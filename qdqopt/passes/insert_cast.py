@@ -10,7 +10,9 @@ on the CPU, between Casts, then lets the remover cancel the Cast pairs between n
                w(fp16 init) ─┘                 w ── Cast(to=1) ───┘
                                                (the Cast(to=10)/Cast(to=1) pair on ``a`` was inserted, then removed)
 
-InsertCastTransformer, per graph (the main graph at level 0, each subgraph when its node is reached):
+InsertCastTransformer, per graph (the main graph at level 0, each subgraph when its node is reached), on the NodeArg
+types the last Resolve left (a value an earlier pass created untyped, as QDQS8ToU8Transformer's uint8 Q output and
+zero point, is typed first by the partitioner's inference, as ORT's Resolve after that pass typed it):
 
 1. **Isolated fp16 nodes** (``ForceSingleNodeCPUFloat16ToFloat32``), in node-index order, each decision seeing the
    earlier ones: a CPU node is un-assigned (EP ``""``) when it has an input edge, no subgraph, no graph output, at
@@ -42,6 +44,7 @@ import onnx
 
 from qdqopt.errors import ModelError
 from qdqopt.graph import Graph, Node
+from qdqopt.graph.inference import infer_types, root_of
 from qdqopt.kernels import CPU, cpu_kernel_for_types, input_arg_counts, node_schema, type_string
 from qdqopt.passes.base import GraphTransformer, PassContext
 
@@ -155,6 +158,10 @@ class InsertCastTransformer(GraphTransformer):
         return modified
 
     def _apply_graph(self, graph: Graph, graph_level: int) -> bool:
+        if graph_level == 0 and _has_untyped_value(graph):
+            # every pass that modified the graph was followed by a Resolve, which typed the NodeArgs it created
+            # (QDQS8ToU8Transformer's uint8 Q output and zero point, ...): InsertCast reads those types
+            infer_types(root_of(graph))
         # force_cpu_fp32_ is true: the session passes its CPU kernel registry.
         for node in graph.nodes():
             if _is_isolated_fp16_node_on_cpu(graph, node):
@@ -182,6 +189,17 @@ class InsertCastTransformer(GraphTransformer):
                 if self._apply_graph(sub, graph_level + 1):
                     modified = True
         return modified
+
+
+def _has_untyped_value(graph: Graph) -> bool:
+    """A value some node reads or writes (here or in a subgraph) that has no type yet: one a pass created since the
+    partitioner's Resolve, which ORT's next Resolve typed."""
+    for node in graph.nodes():
+        if any(value and graph.value_type(value) is None for value in (*node.inputs, *node.outputs)):
+            return True
+        if any(_has_untyped_value(sub) for sub in node.subgraphs.values()):
+            return True
+    return False
 
 
 def _add_cast_node(graph: Graph, old: str, *, new_on_input: bool, to: int) -> str:

@@ -65,7 +65,7 @@ import numpy as np
 import onnx
 
 from qdqopt.errors import ModelError
-from qdqopt.events import NoMatch, emit_no_match
+from qdqopt.events import NoMatch, emit_fused, emit_no_match
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
@@ -155,7 +155,7 @@ def _fuse(
     variance: Node,
     axis: int,
     ep: str,
-) -> None:
+) -> str:
     """The fused node both fusions add (epsilon from the Add beside the variance, the normalised axis, ORT's doc
     string), then ``FinalizeNodeFusion`` over the matched nodes."""
     fused = graph.add_node(
@@ -171,6 +171,7 @@ def _fuse(
         ep=ep,
     )
     finalize_nodes_fusion(graph, nodes, fused)
+    return fused.name
 
 
 def _epsilon_attribute(graph: Graph, add: Node, variance: str) -> onnx.AttributeProto:
@@ -227,7 +228,7 @@ class LayerNormFusion(GraphTransformer):
         nodes, x, scale, bias, add2, rm2, axis = found
         mul = next(n for n in nodes if n.op_type == "Mul")
         self._check_types(graph, mul, x, scale, bias)
-        _fuse(
+        fused = _fuse(
             graph,
             nodes,
             "LayerNormalization",
@@ -238,6 +239,7 @@ class LayerNormFusion(GraphTransformer):
             axis,
             rm1.ep,
         )
+        emit_fused(rm1.name, "LayerNormalization", fused)
         return True
 
     def _check_types(self, graph: Graph, mul: Node, x: str, scale: str, bias: str) -> None:
@@ -421,7 +423,10 @@ class SimplifiedLayerNormFusion(GraphTransformer):
         nodes, scale, add, rm, axis = found
         mul = nodes[-1]
         base = mul.name + "/SimplifiedLayerNormFusion/"
-        _fuse(graph, nodes, "SimplifiedLayerNormalization", base, [pow_node.inputs[0], scale], add, rm, axis, rm.ep)
+        fused = _fuse(
+            graph, nodes, "SimplifiedLayerNormalization", base, [pow_node.inputs[0], scale], add, rm, axis, rm.ep
+        )
+        emit_fused(pow_node.name, "SimplifiedLayerNormalization", fused)
         return True
 
     def _match(self, graph: Graph, pow_node: Node) -> tuple[list[Node], str, Node, Node, int] | NoMatch | None:

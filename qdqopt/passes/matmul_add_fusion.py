@@ -12,7 +12,8 @@ Rules (ORT 1.32):
 * every graph, subgraphs first (per node); nodes in one topological snapshot;
 * MatMul (ONNX 1, 9, 13) with exactly one output edge and no graph output; its consumer is an Add (ONNX 7, 13, 14)
   on the same EP; A and Add's input 0 have the same type, float, float16 or bfloat16; A's and B's shapes are known
-  and B has rank 2;
+  and B has rank 2 (A's NodeArg shape as ORT's Resolve infers it, reading constant initializers: a Reshape by a
+  constant has its dims, ``View.DATA``);
 * if A's rank is not 2: (Level1 only) skip an Attention pattern (A made by a LayerNormalization whose output edges
   are 1 Add, 3 MatMuls and Shapes, the Add's other input made by an Add; remembered for the pass); every dim of A
   must be known, and both dims of B; ``m`` = product of A's dims but the last;
@@ -31,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from qdqopt.graph import Graph, Node, dims_equal
+from qdqopt.graph import Graph, Node, View, dims_equal
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.qdq_util import is_supported_op, produces_graph_output, tensor_from_array
 
@@ -103,7 +104,7 @@ def _try_fuse(graph: Graph, matmul: Node, cache: _AttentionPatternCache, *, pres
     a_type = graph.elem_type(matmul.inputs[0])
     if a_type is None or a_type != graph.elem_type(add.inputs[0]) or a_type not in _FLOATS:
         return False
-    a_shape = graph.shape(matmul.inputs[0])
+    a_shape = graph.shape(matmul.inputs[0], view=View.DATA)  # ORT's Resolve reads constants: a Reshape by one has dims
     b_shape = graph.shape(matmul.inputs[1])
     if a_shape is None or b_shape is None or len(b_shape) != 2:
         return False

@@ -20,6 +20,10 @@ Rules (ORT 1.32):
   int64, float16, float, double or bfloat16) is read as float32; a Div contributes ``1.0f / value``;
 * **leading scales**: each input edge of the node (in edge order) from a scale node on the node's EP whose
   non-scale input has a known shape of rank >= 1; the fused node reads that non-scale input instead;
+* the shapes read here (the non-scale input's, and the other input's rank for the scalar check) are the NodeArg's
+  as ORT's Resolve infers it, which reads constant initializers' data: a Reshape by a constant has a shape even at
+  opset 5-13, where ONNX's inference without the data gives none (``View.DATA``; DistilBERT's ``Reshape(0, -1, N,
+  H) -> Transpose -> Div(sqrt H) -> MatMul``);
 * **trailing scale**: only when the node has exactly one output edge, none into a subgraph and no graph output;
   the consumer is a scale node on the node's EP; the fused node writes the scale node's output;
 * nothing to merge: nothing happens. Otherwise ``alpha`` = the FusedMatMul's float ``alpha`` (else 1) times each
@@ -43,7 +47,7 @@ import numpy as np
 import onnx
 
 from qdqopt.errors import ModelError
-from qdqopt.graph import Edge, Graph, Node
+from qdqopt.graph import Edge, Graph, Node, View
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import check_output_edges
 from qdqopt.passes.qdq_util import is_supported_op, produces_graph_output
@@ -122,14 +126,15 @@ def _scalar_constant(graph: Graph, name: str, max_rank: int) -> np.float32 | Non
 def _scale_from_node(graph: Graph, node: Node) -> tuple[np.float32, int] | None:
     """``GetScaleFromNode``: (scale, index of the scale input) for a Div or Mul by a scalar constant."""
     if is_supported_op(node, "Div", _SCALE_VERSIONS):
-        divisor = _scalar_constant(graph, node.inputs[1], len(graph.shape(node.inputs[0]) or ()))
+        divisor = _scalar_constant(graph, node.inputs[1], len(graph.shape(node.inputs[0], view=View.DATA) or ()))
         if divisor is None:
             return None
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
             return np.float32(1.0) / divisor, 1
     if is_supported_op(node, "Mul", _SCALE_VERSIONS):
         for index in (0, 1):
-            multiplier = _scalar_constant(graph, node.inputs[index], len(graph.shape(node.inputs[1 - index]) or ()))
+            other = graph.shape(node.inputs[1 - index], view=View.DATA)
+            multiplier = _scalar_constant(graph, node.inputs[index], len(other or ()))
             if multiplier is not None:
                 return multiplier, index
     return None
@@ -156,7 +161,7 @@ def _input_merges(graph: Graph, node: Node) -> list[_Merge]:
     found = _scale_neighbours(graph, node, graph.input_edges(node), upstream=True)
     for edge, scale_node, scale, scale_index in found:
         unscaled = scale_node.inputs[1 - scale_index]
-        shape = graph.shape(unscaled)
+        shape = graph.shape(unscaled, view=View.DATA)
         if shape is not None and len(shape) > 0:
             merges.append(_Merge(scale_node, scale, unscaled, edge.dst_slot))
     return merges

@@ -12,7 +12,8 @@ first as DQ→Q, then (flag set) as Q→DQ:
   output edge (none into a subgraph). Every consumer S matches the second type.
 * ``IsQDQPairSupported`` for each (F, S) pair, in both directions: both with 3 inputs, constant scalar scales and
   zero points of equal types, equal zero-point bytes and equal scale values (a DQ without zp blocks it).
-* Each S either has output edges and produces no graph output, or produces a graph output and has no output edges.
+* Each S either has exactly one output edge and produces no graph output, or produces a graph output and has no
+  output edges (an S whose output feeds two consumers blocks the pair).
 * Each consumer of S then reads F's input; if S produced a graph output, F's source node (F has one input edge)
   writes that graph output instead, or, when F reads a graph input or initializer, or a value that is also a graph
   output or read elsewhere (ORT 1.32 behaviour, observed), an Identity named
@@ -26,7 +27,13 @@ from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import node_produces_graph_output
 from qdqopt.passes.qdq_util import is_dq, is_q, is_qdq_pair_supported
 
-__all__ = ["QDQFinalCleanupTransformer"]
+__all__ = ["QDQFinalCleanupTransformer", "second_is_removable"]
+
+
+def second_is_removable(graph: Graph, second: Node) -> bool:
+    """S feeds exactly one consumer and no graph output, or only a graph output: a Q whose output is read twice (a
+    kept Relu's Q, once the Relu is gone, read by a graph output's DQ and the next unit's DQ) keeps its pair."""
+    return len(graph.output_edges(second)) == (0 if node_produces_graph_output(graph, second) else 1)
 
 
 def _clean_up(graph: Graph, first: Node, *, dq_q: bool) -> bool:
@@ -46,9 +53,7 @@ def _clean_up(graph: Graph, first: Node, *, dq_q: bool) -> bool:
         q, dq = (second, first) if dq_q else (first, second)
         if not is_qdq_pair_supported(graph, q, dq, check_op_type=False):
             return False
-        produces_output = node_produces_graph_output(graph, second)
-        has_edges = bool(graph.output_edges(second))
-        if produces_output == has_edges:
+        if not second_is_removable(graph, second):
             return False
         seconds.append(second)
     in_edges = graph.input_edges(first)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from qdqopt.events import NoMatch, emit_no_match
+from qdqopt.events import NoMatch, emit_fused, emit_no_match
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import finalize_nodes_fusion, is_supported_op, output_edge_count, output_nodes
@@ -114,4 +114,5 @@ class QuickGeluFusion(GraphTransformer):
             ep=node.ep,
         )
         finalize_nodes_fusion(graph, nodes, quick)
+        emit_fused(node.name, "QuickGelu", quick.name, MS_DOMAIN)
         return True

@@ -223,8 +223,10 @@ class ReshapeFusion(GraphTransformer):
             and expected == 0
         ):
             return True
-        a = graph.shape(shape_input, view=View.DATA)
-        b = graph.shape(root, view=View.DATA)
+        # dim_param names as the NodeArgs hold them: a model's value_info may declare unk__<n> names (as
+        # onnx.shape_inference writes them), which ORT keeps and compares like any other
+        a = graph.shape(shape_input, view=View.DATA, as_written=True)
+        b = graph.shape(root, view=View.DATA, as_written=True)
         if a is not None and b is not None:
             same_rank = len(a) == len(b) and len(a) > 0
             if same_rank and all(isinstance(x, int) and x == y for x, y in zip(a, b, strict=True)):

@@ -1177,4 +1177,4 @@ class LabelEncoderFusion(RewriteRule):
 def _attr_list(node: Node, name: str) -> list[object]:
     value = node.attr(name, [])
     assert isinstance(value, list)
-    return [v.decode() if isinstance(v, bytes) else v for v in value]
+    return [v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v for v in value]

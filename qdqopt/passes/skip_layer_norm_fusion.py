@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import onnx
 
+from qdqopt.events import emit_fused
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
@@ -125,7 +126,8 @@ class SkipLayerNormFusion(GraphTransformer):
         for node in remove:
             graph.remove_node(node)
         attr = epsilon if epsilon is not None else onnx.helper.make_attribute("epsilon", DEFAULT_EPSILON)
-        graph.add_node(
+        candidate = ln.name
+        fused = graph.add_node(
             graph.generate_node_name("SkipLayerNormalization"),
             "SkipLayerNormalization",
             inputs,
@@ -135,6 +137,7 @@ class SkipLayerNormFusion(GraphTransformer):
             doc_string="fused SkipLayerNorm subgraphs ",
             ep=ep,
         )
+        emit_fused(candidate, "SkipLayerNormalization", fused.name, "com.microsoft")
         return True
 
     def _cast_to_float(self, graph: Graph, name: str, out_type: int | None, ep: str) -> str:

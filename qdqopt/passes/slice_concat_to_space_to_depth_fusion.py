@@ -48,6 +48,7 @@ import onnx
 
 from qdqopt.events import NoMatch, emit_no_match
 from qdqopt.graph import Graph, Node, View
+from qdqopt.graph.core import tensor_array
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
     input_node,
@@ -76,7 +77,7 @@ def _int_values(graph: Graph, name: str) -> list[int] | None:
         return None
     if tensor.data_type not in (onnx.TensorProto.INT32, onnx.TensorProto.INT64):
         return None
-    return [int(v) for v in onnx.numpy_helper.to_array(tensor).reshape(-1)]
+    return [int(v) for v in tensor_array(tensor).reshape(-1)]
 
 
 def slice_params(graph: Graph, node: Node) -> tuple[list[int], list[int], list[int]] | None:

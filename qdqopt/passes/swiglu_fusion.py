@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import onnx
 
-from qdqopt.events import NoMatch, emit_no_match
+from qdqopt.events import NoMatch, emit_fused, emit_no_match
 from qdqopt.graph import Graph, Node, dims_equal
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import check_output_edges, finalize_nodes_fusion, input_node, is_supported_op
@@ -115,4 +115,5 @@ class SwiGluFusion(GraphTransformer):
             ep=mul.ep,
         )
         finalize_nodes_fusion(graph, [quick, mul], swiglu)
+        emit_fused(mul.name, "SwiGLU", swiglu.name, MS_DOMAIN)
         return True

@@ -53,6 +53,7 @@ import numpy as np
 import onnx
 
 from qdqopt.graph import Graph, Node, ShapeDims, View
+from qdqopt.graph.core import tensor_array
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.base import GraphTransformer, PassContext
 
@@ -193,7 +194,7 @@ def _rewrite(graph: Graph, node: Node) -> bool:
 def _quantize_weight(graph: Graph, node: Node, weight: onnx.TensorProto) -> str:
     """Insert ``W -> Q -> DQ`` with per-tensor asymmetric int8 parameters; return the scale's name."""
     base = node.name
-    values = onnx.numpy_helper.to_array(weight)
+    values = tensor_array(weight)
     scale, zp = weight_quantization_parameters(values)
     scale_name = graph.generate_value_name(base + "_weight_scale")
     graph.add_initializer(onnx.numpy_helper.from_array(np.array(scale, dtype=np.float32), scale_name))

@@ -182,8 +182,6 @@ def test_mutation_shared_cast_fused_fails() -> None:
         return sorted([*found, *extra], key=lambda n: n.index)
 
     with patched(fuse_initializers, "_candidates", lax):
-        try:
-            result = _compare(FIXTURES["fp16init/shared_initializer"](), {}, [])
-        except Exception:
-            return
-    assert not result.report.holds("P") or result.ours_lines != result.ort_lines
+        result = _compare(FIXTURES["fp16init/shared_initializer"](), {}, [])
+    assert not result.report.holds("S")  # one Cast fewer than ORT leaves
+    assert any("'Cast': -1" in str(d) for d in result.report.differences), result.report.lines()

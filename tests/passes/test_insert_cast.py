@@ -23,7 +23,9 @@ from qdqopt.errors import ReferenceError as OrtRejected
 from qdqopt.graph import load_model
 from qdqopt.kernels import CPU, cpu_kernel_for_types, input_arg_counts, node_has_cpu_kernel, node_schema
 from qdqopt.partition import partition
+from qdqopt.passes import insert_cast
 from qdqopt.reference import run_reference
+from tests.passes._helpers import knownx
 
 H, F, I64 = TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.INT64
 CORPUS = Path("/work/shared/corpus")
@@ -293,3 +295,29 @@ def test_input_arg_counts() -> None:
     assert clip_schema is not None
     assert input_arg_counts(clip_schema, 3) == [1, 1, 1]
     assert input_arg_counts(clip_schema, 1) == [1, 0, 0]
+
+
+# ------------------------------------------------------------------------------------ issue #12: fp16, int8 activations
+@pytest.mark.parametrize(("name", "level", "config"), knownx.cases("fp16_"))
+def test_knownx_fp16_int8_activations_as_ort(name: str, level: str, config: str) -> None:
+    """fp16 ConvTranspose / Conv with int8 (and, the twin, uint8) activations, at every level and both configs."""
+    knownx.assert_exact(name, level, config)
+
+
+def test_knownx_fp16_boundary() -> None:
+    """QDQS8ToU8Transformer rewrites the int8 pairs at the default config only; not the uint8 twin."""
+    for name in knownx.fixtures("fp16_conv_s8", "fp16_convtranspose_s8"):
+        assert "QDQS8ToU8Transformer" in (knownx.ort_modified(name, "extended", "default") or ()), name
+        assert "QDQS8ToU8Transformer" not in (knownx.ort_modified(name, "extended", "int8-allowed") or ()), name
+    twin = knownx.ort_modified("knownx/fp16_convtranspose_u8", "extended", "default")
+    assert twin is not None and "QDQS8ToU8Transformer" not in twin
+
+
+@pytest.mark.parametrize("name", knownx.fixtures("fp16_conv_s8", "fp16_convtranspose_s8"))
+def test_knownx_fp16_resolved_types_are_needed(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read without the types the last Resolve gave S8ToU8's new values, the activation DQ stays fp16 with a Cast
+    on its output, where ORT casts its scale: the model differs."""
+    monkeypatch.setattr(insert_cast, "_has_untyped_value", lambda graph: False)
+    comp = knownx.compare(name, "extended")
+    assert not comp.report.holds("S")
+    assert any("Cast 'InsertedPrecisionFreeCast_xs'" in line for line in comp.lines()), comp.lines()

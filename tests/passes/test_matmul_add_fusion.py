@@ -27,3 +27,18 @@ def test_matmuladd_level2_drops_attention_preservation() -> None:
 @pytest.mark.parametrize(("name", "pass_name", "config"), _fixture_params("MatMulAddFusion"))
 def test_fixture_alone_and_together(name: str, pass_name: str, config: str) -> None:
     check_fixture_alone_and_together(name, pass_name, config)
+
+
+def test_mutation_a_shape_without_constant_data_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A = Reshape(x, constant): ORT knows A's dims from the constant; read without that data the fusion is missed."""
+    from qdqopt.graph import Graph, View
+
+    model = _fixture("matmuladd/reshaped_a_op12")
+    assert compare_level(model, "basic").report.holds("P")
+    original = Graph.shape
+
+    def without_data(self, value, *, view=View.PASS, as_written=False):  # type: ignore[no-untyped-def]
+        return original(self, value, view=View.PASS, as_written=as_written)
+
+    monkeypatch.setattr(Graph, "shape", without_data)
+    assert not compare_level(model, "basic").report.holds("P")

@@ -71,3 +71,20 @@ def test_mutation_scale_rank_check_dropped_fails() -> None:
     with patched(matmul_scale_fusion, "_scalar_constant", lax):
         result = _compare(FIXTURES["matmulscale/mul_after_rank_too_big"](), {}, LAYOUT_WORK)
     assert not result.report.holds("P") or result.ours_lines != result.ort_lines
+
+
+def test_mutation_shapes_without_constant_data_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ORT's Resolve reads a Reshape's constant shape: read the NodeArg shapes without that data (``View.PASS``)
+    and the leading Div of DistilBERT's q (Reshape-5 -> Div -> MatMul) is missed."""
+    from qdqopt.graph import Graph, View
+
+    original = Graph.shape
+
+    def without_data(self, value, *, view=View.PASS, as_written=False):  # type: ignore[no-untyped-def]
+        return original(self, value, view=View.PASS, as_written=as_written)
+
+    result = _compare(FIXTURES["matmulscale/div_before_reshaped"](), {}, LAYOUT_WORK)
+    _assert_p(result, "div_before_reshaped")
+    monkeypatch.setattr(Graph, "shape", without_data)
+    result = _compare(FIXTURES["matmulscale/div_before_reshaped"](), {}, LAYOUT_WORK)
+    assert not result.report.holds("P")

@@ -20,13 +20,17 @@ from qdqopt.api import run
 from qdqopt.compare import compare_level
 from qdqopt.config import SessionConfig
 from qdqopt.errors import ModelError
+from qdqopt.events import Kind, NoMatch
 from qdqopt.graph import load_model
 from qdqopt.levels import parse_level
 from qdqopt.manager import run_pipeline
 from qdqopt.passes import is_implemented
+from qdqopt.passes.qdq import selectors
 from qdqopt.passes.qdq.actions import pack_nbits
 from qdqopt.passes.qdq_selector_action import UnitReport, explain_units
-from tests.conftest import corpus_id, corpus_models, ort_accepts
+from qdqopt.reference import run_reference
+from tests.conftest import corpus_id, corpus_models, fixture_model, ort_accepts
+from tests.passes._helpers import knownx
 
 CONFIGS = {"default": {}, "int8": {"session.qdqisint8allowed": "1"}}
 OFF = ["TransposeOptimizer", "TransposeOptimizer_CPUExecutionProvider"]
@@ -177,3 +181,56 @@ def test_explain_reasons_on_unoptimized_fixture(name: str) -> None:
     (unit,) = [u for u in units if u.op_type == op]
     assert unit.outcome == "rejected" and unit.rule == rule
     assert any(reason in r for r in unit.reasons), unit.reasons
+
+
+# ------------------------------------------------------------------------------------ issue #12: knownx/ classes
+@pytest.mark.parametrize(("name", "level", "config"), knownx.cases("f8_", "u8_"))
+def test_knownx_float8_units_as_ort(name: str, level: str, config: str) -> None:
+    """float8 Q/DQ around MatMul, Gemm, MaxPool and a DQ into ArgMax, and their uint8 twins, as ORT runs them."""
+    knownx.assert_exact(name, level, config)
+
+
+def test_knownx_float8_boundary() -> None:
+    """ORT fuses every uint8 twin and no float8 unit: the fixtures sit on both sides of the check."""
+    for name in knownx.fixtures("u8_"):
+        assert "QDQSelectorActionTransformer" in (knownx.ort_modified(name, "extended", "default") or ()), name
+    for name in knownx.fixtures("f8_"):
+        modified = knownx.ort_modified(name, "extended", "default")
+        assert modified is not None and "QDQSelectorActionTransformer" not in modified, name
+
+
+@pytest.mark.parametrize("name", knownx.fixtures("f8_"))
+def test_knownx_float8_check_is_needed(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the float8 refusal qdqopt fuses the unit into an op no CPU kernel runs (the known failure)."""
+    monkeypatch.setattr(selectors, "FLOAT_QUANT", ())
+    with pytest.raises(ModelError, match="Failed to find kernel for"):
+        knownx.compare(name, "extended")
+
+
+def test_knownx_float8_refusal_reason() -> None:
+    """The refusal is an event that names the float8 node and type."""
+    log = run(fixture_model("knownx/f8_matmul_u8_act_e4m3fn_weight"), "extended").pipeline.events
+    found = [(e.nodes, e.text) for e in log.of_kind(Kind.NO_MATCH, pass_name="QDQSelectorActionTransformer")]
+    assert any("'dq_w' input is float8e4m3fn" in text and "dq_w" in nodes for nodes, text in found), found
+
+
+@pytest.mark.parametrize(("name", "level", "config"), knownx.cases("a16w8_"))
+def test_knownx_a16w8_matmul_add_as_ort(name: str, level: str, config: str) -> None:
+    """A16W8 contrib (and ONNX) Q/DQ, MatMul + Add: Gemm (MatMulAddFusion), then MatMulNBits, as ORT."""
+    knownx.assert_exact(name, level, config)
+
+
+@pytest.mark.parametrize("name", knownx.fixtures("a16w8_"))
+def test_knownx_a16w8_nbits_rule_is_needed(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ORT ends with MatMulNBits after MatMulAddFusion; refusing the DQMatMulToMatMulNBits rule leaves qdqopt with
+    the Gemm and its DQs, which the comparison catches."""
+    ours = [n.op_type for n in run_reference(fixture_model(name), "extended").model.graph.node]
+    assert "MatMulNBits" in ours and {"MatMulAddFusion", "QDQSelectorActionTransformer"} <= (
+        knownx.ort_modified(name, "extended", "default") or frozenset()
+    )
+    monkeypatch.setattr(
+        selectors.DQMatMulNBitsSelector, "check", lambda self, ctx, node, clip, dqs, qs: NoMatch("planted")
+    )
+    comp = knownx.compare(name, "extended")
+    assert not comp.report.holds("S")
+    assert any("MatMulNBits" in line for line in comp.lines()), comp.lines()

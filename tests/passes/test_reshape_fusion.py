@@ -1,11 +1,13 @@
 """ReshapeFusion (``qdqopt/passes/reshape_fusion.py``) against ORT 1.32, computed live: alone on the
 ``rules/reshape_fusion*`` fixtures (three configs) and on the corpus model where ORT fuses, its trace, nodes,
-initializers and bytes must be ORT's."""
+initializers and bytes must be ORT's; the QDQ attention-Reshape fixtures as ORT runs them, at three levels."""
 
 from __future__ import annotations
 
 import pytest
 
+from qdqopt.graph import core
+from tests.passes._helpers.gelu_family import assert_exact, differs, ort_modified
 from tests.passes._helpers.sharing_rules import (
     _corpus_params,
     _fixture_params,
@@ -23,3 +25,29 @@ def test_fixture_alone_matches_ort(name: str, config: str) -> None:
 @pytest.mark.parametrize(("rel", "name"), _corpus_params("ReshapeFusion"))
 def test_corpus_alone_matches_ort(rel: str, name: str, config: str) -> None:
     check_corpus_alone_matches_ort(rel, name, config)
+
+
+# ------------------------------------------- QDQ attention Reshapes (the quantize_static transformer fixtures' class)
+_QDQ = ["rules/reshape_fusion_qdq_unk_dims", "rules/reshape_fusion_qdq_second_step"]
+
+
+@pytest.mark.parametrize("config", ["default", "int8-allowed"])
+@pytest.mark.parametrize("level", ["basic", "extended", "all"])
+@pytest.mark.parametrize("name", _QDQ)
+def test_qdq_as_run(name: str, level: str, config: str) -> None:
+    """As ORT runs (nothing disabled on either side): ORT's saved model byte for byte and its trace."""
+    assert "ReshapeFusion" in (ort_modified(name, level, config) or frozenset())
+    assert_exact(name, level, config)
+
+
+def test_mutation_unk_dims_read_as_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a declared unk__<n> dim as unknown (as every shape read did) refuses the Shape/Reshape match."""
+    real = core._shape_dims
+    monkeypatch.setattr(core, "_shape_dims", lambda shape, as_written: real(shape, False))
+    assert differs("rules/reshape_fusion_qdq_unk_dims", "basic")
+
+
+def test_mutation_shapes_not_inferred_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keeping ``View.DATA``'s first inference (the second Reshape's input never gets a shape) loses step 2."""
+    monkeypatch.setattr(core.Graph, "_data_stale_at_pass_start", lambda self: False)
+    assert differs("rules/reshape_fusion_qdq_second_step", "basic")

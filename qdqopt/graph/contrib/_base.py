@@ -149,7 +149,7 @@ class Node:
 
     def attr_str(self, name: str) -> str | None:
         found = self.attr(name)
-        return found.s.decode() if found is not None else None
+        return found.s.decode("utf-8", "surrogateescape") if found is not None else None
 
     # -------------------------------------------------------------------------------------------- outputs
     def out(self, index: int) -> Inferred:

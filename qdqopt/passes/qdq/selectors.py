@@ -8,8 +8,11 @@ A selector looks at one *target* node and the DequantizeLinear parents / Quantiz
 
 and returns either a :class:`Selection` (the DQs by input slot, the target, the Qs, an optional redundant clip) or
 a :class:`~qdqopt.events.NoMatch`: the first check that failed, in ORT's check order, with the nodes it names (the
-transformer records it as a ``no-match`` event: :mod:`qdqopt.events`). The six ``CanCreateNodeGroup`` messages are
-ORT's own words (typos included); every other reason is ours (ORT's ``Check`` functions just return false).
+transformer records it as a ``no-match`` event: :mod:`qdqopt.events`). Before any selector's own checks, a unit
+with a float8 (or float4) DQ input or Q output is refused: ORT 1.32's CPU selectors take none (measured for every
+rule kind; a dropped pair or a QLinear op of those types would have no CPU kernel). The six ``CanCreateNodeGroup``
+messages are ORT's own words (typos included); every other reason is ours (ORT's ``Check`` functions just return
+false).
 """
 
 from __future__ import annotations
@@ -52,6 +55,15 @@ __all__ = [
 TP = onnx.TensorProto
 INT16 = (TP.INT16, TP.UINT16)
 INT4 = (TP.INT4, TP.UINT4)
+#: the float quantized types a Q/DQ can carry (ORT 1.32 CPU): no QDQ selector of the CPU EP takes a unit with one of
+#: these as a DQ's input or a Q's output (measured: every rule refuses, per unit; docs/ORT_FINDINGS.md)
+FLOAT_QUANT = (
+    TP.FLOAT8E4M3FN,
+    TP.FLOAT8E4M3FNUZ,
+    TP.FLOAT8E5M2,
+    TP.FLOAT8E5M2FNUZ,
+    TP.FLOAT4E2M1,
+)
 _DTYPE_NAME = {v: k.lower() for k, v in TP.DataType.items()}
 
 
@@ -258,7 +270,7 @@ class NodeGroupSelector:
                 f"{clip.op_type} {clip.name!r} after the target is not made redundant by its Q, so no rule can fuse",
                 (clip.name,),
             )
-        no_match = self.check(ctx, node, clip, dq_nodes, q_nodes)
+        no_match = float_quant_reason(ctx, dq_nodes, q_nodes) or self.check(ctx, node, clip, dq_nodes, q_nodes)
         if no_match is not None:
             return no_match
         return Selection(self.layout(dq_nodes), node, q_nodes, clip)
@@ -306,6 +318,20 @@ class NodeGroupSelector:
         if produces_graph_output(graph, node):
             return NoMatch("the target produces a graph output")
         return None
+
+
+def float_quant_reason(ctx: Ctx, dq_nodes: list[Node], q_nodes: list[Node]) -> NoMatch | None:
+    """A DQ whose input, or a Q whose output, is float8 (or float4): ORT 1.32's CPU selectors take no such unit
+    (there is no QLinear kernel, nor an integer one for a dropped pair, of those types)."""
+    for dq in dq_nodes:
+        t = ctx.dq_in_type(dq)
+        if t in FLOAT_QUANT:
+            return NoMatch(f"DQ {dq.name!r} input is {dtype_name(t)}: float8 Q/DQ units are not fused", (dq.name,))
+    for q in q_nodes:
+        t = ctx.q_out_type(q)
+        if t in FLOAT_QUANT:
+            return NoMatch(f"Q {q.name!r} output is {dtype_name(t)}: float8 Q/DQ units are not fused", (q.name,))
+    return None
 
 
 def _from_dq(graph: Graph, value: str) -> bool:

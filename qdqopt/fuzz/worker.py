@@ -1,0 +1,254 @@
+"""The fuzzer's child process: runs ORT and qdqopt on one model at a time and reports what it saw.
+
+The parent (:mod:`qdqopt.fuzz.runner`) starts ``python -m qdqopt.fuzz.worker`` and writes one JSON task per line on
+its stdin; the worker answers with JSON lines on stdout: ``{"stage": ...}`` before each step that may kill the
+process (an ORT session, a run of a model, a qdqopt run, which calls ORT's kernels too), then one ``{"result":
+...}`` per task. ORT's C++ can abort; when the worker dies, the last stage it announced names the culprit, and the
+parent starts a new worker.
+
+A task: ``{"path": model file, "pairs": [[level, config name], ...], "configs": {name: {key: value}},
+"ours_disabled": [...], "drift": bool}``. ``ours_disabled`` disables passes on qdqopt's side only (the planted
+differences of the fuzzer's own tests). The result lists one outcome per pair (see :func:`check_pair`) and, with
+``drift``, ORT's findings against its own ORT_DISABLE_ALL results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+__all__ = ["check_pair", "main", "make_feeds"]
+
+
+def _say(obj: Mapping[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+#: the (level, config name) being checked, named in every stage message
+_PAIR: list[str] = ["-", "-"]
+
+
+def _stage(text: str) -> None:
+    _say({"stage": text, "pair": _PAIR})
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{exc.__class__.__name__}: {text[0][:300]}" if text else exc.__class__.__name__
+
+
+def make_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs for every graph input: floats around 0 (scales fed as inputs: positive), integers in range,
+    booleans; a symbolic dim is 1."""
+    rng = np.random.default_rng(seed)
+    inits = {t.name for t in model.graph.initializer}
+    feeds: dict[str, np.ndarray] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if dtype == np.bool_:
+            feeds[vi.name] = rng.integers(0, 2, shape).astype(np.bool_)
+        elif np.issubdtype(dtype, np.floating):
+            values = rng.standard_normal(shape) * 2
+            if "scale" in vi.name:
+                values = np.abs(values) * 0.05 + 0.001
+            feeds[vi.name] = values.astype(dtype)
+        elif np.issubdtype(dtype, np.integer):
+            info = np.iinfo(dtype)
+            feeds[vi.name] = rng.integers(max(int(info.min), -100), min(int(info.max), 100) + 1, shape).astype(dtype)
+        else:
+            raise ValueError(f"graph input {vi.name!r}: no random data of type {dtype}")
+    return feeds
+
+
+def _run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    from qdqopt.diff import run_numbers
+
+    return run_numbers(model, feeds)
+
+
+_NUMBER = re.compile(r"(?<![A-Za-z])-?\d+(\.\d+)?(e-?\d+)?|_\d+")
+
+
+def normalize(text: str) -> str:
+    """A message with numbers and generated name counters blanked (``conv_12`` -> ``conv#``): what groups findings
+    into classes (op types and pass names stay)."""
+    return _NUMBER.sub("#", text)[:200]
+
+
+def check_pair(
+    model: onnx.ModelProto,
+    level: str,
+    config: Mapping[str, str],
+    ours_disabled: Sequence[str] = (),
+    *,
+    want_ref: bool = False,
+) -> tuple[dict[str, Any], onnx.ModelProto | None]:
+    """qdqopt against ORT for one level and config. The outcome's ``kind``:
+
+    * ``same``: X holds and the transformer lines match; ``trace``: X holds, the lines differ;
+    * ``diff-S`` / ``diff-X`` (S holds) with ``diff-N`` noted when the outputs differ too;
+    * ``lacks``: a difference, and ORT's log shows a pass qdqopt does not implement modifying the model;
+    * ``both-reject``: ORT rejects the model and qdqopt fails with one of its errors (what it must do);
+    * ``qdqopt-accepts``: ORT rejects it, qdqopt optimizes it; ``qdqopt-fails``: the reverse;
+    * ``qdqopt-internal``: qdqopt raised something other than its own error (a bug: a traceback for the user).
+    """
+    from qdqopt.api import run
+    from qdqopt.diff import compare
+    from qdqopt.errors import QdqoptError
+    from qdqopt.reference import run_reference
+
+    _stage(f"ort {level}")
+    ref = ort_error = None
+    try:
+        ref = run_reference(model, level, config=dict(config))
+    except QdqoptError as exc:
+        ort_error = str(exc)
+    _stage(f"qdqopt {level}")
+    ours = ours_error = None
+    internal = False
+    try:
+        ours = run(model, level, config=dict(config), disabled=list(ours_disabled))
+        _ = ours.model
+    except QdqoptError as exc:
+        ours_error = str(exc)
+    except Exception as exc:
+        ours_error, internal = _first_line(exc), True
+    if internal:
+        return {"kind": "qdqopt-internal", "detail": ours_error, "ort": ort_error or "accepted"}, None
+    if ort_error is not None:
+        if ours_error is not None:
+            return {"kind": "both-reject", "detail": ort_error, "ours": ours_error}, None
+        return {"kind": "qdqopt-accepts", "detail": ort_error}, None
+    assert ref is not None
+    if ours_error is not None:
+        return {"kind": "qdqopt-fails", "detail": ours_error}, ref.model if want_ref else None
+    assert ours is not None
+    _stage(f"compare {level}")
+    report = compare(ours.model, ref.model, tiers=("N", "S", "X"))
+    ours_lines = ours.pipeline.ort_lines()
+    ort_lines = [str(t) for t in ref.trace]
+    first = [str(d) for d in report.differences[:3]]
+    modified = {t.name for t in ref.trace if t.modified}
+    lacking = sorted(modified & set(ours.unimplemented) | (modified & set(ours.unsupported)))
+    out: dict[str, Any]
+    if report.holds("X"):
+        if ours_lines == ort_lines:
+            out = {"kind": "same"}
+        else:
+            at = next((i for i, (a, b) in enumerate(zip(ours_lines, ort_lines, strict=False)) if a != b), None)
+            line = f"ours {ours_lines[at]!r} vs ORT {ort_lines[at]!r}" if at is not None else "lengths differ"
+            out = {"kind": "trace", "detail": line}
+    else:
+        kind = "diff-X" if report.holds("S") else "diff-S"
+        out = {"kind": kind, "detail": "; ".join(first), "n_differs": report.verdict.get("N") is False}
+        if lacking:
+            out = {"kind": "lacks", "detail": ", ".join(lacking), "then": kind}
+    return out, ref.model if want_ref else None
+
+
+def _drift(
+    model: onnx.ModelProto, optimized: onnx.ModelProto, expected: list[np.ndarray], level: str
+) -> dict[str, Any] | None:
+    """ORT's own output run against ORT_DISABLE_ALL's results: a failure to run, or outputs further apart than the
+    quantization steps on the way explain (``1 + number of Q nodes`` steps of the largest scale, in floats; that many
+    integer steps for a quantized output)."""
+    feeds = make_feeds(model)
+    _stage(f"ort-run-own {level}")
+    try:
+        got = _run(optimized, feeds)
+    except Exception as exc:
+        return {"kind": "ort-own-output", "detail": _first_line(exc)}
+    n_q = sum(1 for n in model.graph.node if n.op_type == "QuantizeLinear") + 1
+    scales = [
+        float(np.max(np.abs(onnx.numpy_helper.to_array(t).astype(np.float64))))
+        for t in model.graph.initializer
+        if "scale" in t.name and t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+    ]
+    step = max(scales, default=1.0)
+    for i, (a, b) in enumerate(zip(got, expected, strict=False)):
+        name = model.graph.output[i].name
+        if a.shape != b.shape:
+            return {"kind": "ort-drift", "detail": f"output {name}: shape {list(a.shape)} vs {list(b.shape)}"}
+        if a.dtype.kind == "f" or b.dtype.kind == "f":
+            x, y = a.astype(np.float64), b.astype(np.float64)
+            if (np.isnan(x) != np.isnan(y)).any():
+                return {"kind": "ort-drift", "detail": f"output {name}: NaN where DISABLE_ALL has none (or back)"}
+            finite = np.isfinite(x) & np.isfinite(y)
+            err = float(np.max(np.abs(x[finite] - y[finite]), initial=0.0))
+            span = float(np.max(np.abs(y[finite]), initial=0.0))
+            if err > n_q * step and err > 1e-2 * max(span, 1.0):
+                return {
+                    "kind": "ort-drift",
+                    "detail": f"output {name}: max |diff| {err:.4g} > {n_q} steps of {step:.3g}",
+                }
+        elif a.dtype.kind in "iu":
+            err = float(np.max(np.abs(a.astype(np.int64) - b.astype(np.int64)), initial=0))
+            if err > n_q:
+                return {"kind": "ort-drift", "detail": f"output {name}: {err:.0f} integer steps apart (> {n_q})"}
+    return None
+
+
+def handle(task: Mapping[str, Any]) -> dict[str, Any]:
+    model = onnx.load(task["path"], load_external_data=False)
+    configs: Mapping[str, Mapping[str, str]] = task["configs"]
+    plant = os.environ.get("QDQOPT_FUZZ_PLANT_CRASH")
+    outcomes: list[dict[str, Any]] = []
+    expected: list[np.ndarray] | None = None
+    if task.get("drift"):
+        _stage("ort-run-input")
+        try:
+            expected = _run(model, make_feeds(model))
+        except Exception:
+            expected = None
+    for level, cname in task["pairs"]:
+        _PAIR[:] = [level, cname]
+        if plant and any(n.op_type == plant for n in model.graph.node):
+            _stage(f"qdqopt {level}")
+            os.abort()  # the fuzzer's own test: a child that dies must be reported, not propagated
+        out, ref = check_pair(model, level, configs[cname], task.get("ours_disabled", ()), want_ref=True)
+        out.update(level=level, config=cname)
+        outcomes.append(out)
+        if expected is not None and out["kind"] in ("both-reject", "qdqopt-accepts"):
+            # ORT ran the model at DISABLE_ALL but cannot create a session at this level: it fails on its own rewrite
+            outcomes.append({"kind": "ort-level-reject", "detail": out["detail"], "level": level, "config": cname})
+        if expected is not None and ref is not None and level != "disable_all":
+            found = _drift(model, ref, expected, level)
+            if found is not None:
+                found.update(level=level, config=cname)
+                outcomes.append(found)
+    return {"outcomes": outcomes}
+
+
+def main() -> int:
+    import resource
+    import warnings
+
+    warnings.simplefilter("ignore")
+    # an abort in ORT's C++ ends this child (the parent reports it): no core file to write
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        task = json.loads(line)
+        try:
+            result = handle(task)
+        except Exception as exc:  # the worker's own failure: reported as such, the worker carries on
+            result = {"outcomes": [{"kind": "worker-error", "detail": _first_line(exc), "level": "-", "config": "-"}]}
+        _say({"result": result, "id": task.get("id")})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+"""Bad input never crashes qdqopt (issue #12, item 4): the mutated-file fuzzer (:mod:`qdqopt.mutants`), a seeded
+campaign over the corpus and the fixtures, and one test per crash class it found.
+
+Every command runs in a process of its own (a fork of this one, or ``python -m qdqopt.cli``), so that an abort in
+C++ ends the child only and shows up as a ``signal`` verdict here.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import stat
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from qdqopt.cli import main
+from qdqopt.errors import QdqoptError
+from qdqopt.mutants import (
+    BYTE_MUTATIONS,
+    COMMANDS,
+    MUTATIONS,
+    PROTO_MUTATIONS,
+    Mutant,
+    campaign,
+    judge,
+    mutate,
+    run_cli,
+    summary,
+)
+from tests.conftest import CORPUS, fixture_model
+
+#: the CI budget: a seeded few hundred mutants (``QDQOPT_MUTANTS`` overrides it)
+CI_COUNT = int(os.environ.get("QDQOPT_MUTANTS", "200"))
+CI_SEED = 20261202
+
+
+def _slice_model(dim: int) -> onnx.ModelProto:
+    inits = [
+        numpy_helper.from_array(np.array([0], np.int64), "starts"),
+        numpy_helper.from_array(np.array([2], np.int64), "ends"),
+        numpy_helper.from_array(np.array([1], np.int64), "axes"),
+    ]
+    node = helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"], name="slice")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [dim, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _mutant(model: onnx.ModelProto | bytes, kind: str = "hand") -> Mutant:
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    return Mutant(kind, "test", data)
+
+
+# ------------------------------------------------------------------------------------------ the known classes
+@pytest.mark.parametrize("command", COMMANDS)
+def test_negative_dim_before_a_slice_does_not_abort(command: str) -> None:
+    """ONNX's Slice inference (``std::clamp`` with hi < lo, in a wheel built with assertions) aborted the process
+    on a graph input dim of -3: negative dims are now made unknown before ONNX's inference sees them."""
+    outcome = run_cli(_mutant(_slice_model(-3)), command, "all")
+    assert outcome.ok, (outcome.verdict, outcome.note, outcome.stderr[-400:])
+    assert outcome.returncode in (0, 1)  # ORT takes the model; so does qdqopt
+
+
+def test_negative_dim_keeps_the_result_of_a_valid_dim() -> None:
+    """The guard changes nothing for a valid model (same bytes out as before the guard existed: ORT's)."""
+    outcome = run_cli(_mutant(_slice_model(3)), "diff", "all")
+    assert outcome.ok and outcome.returncode == 0, outcome.stderr[-400:]
+
+
+def _non_utf8_name_model() -> bytes:
+    model = _slice_model(3)
+    model.graph.node[0].name = "PLACEHOLDR"
+    data: bytes = model.SerializeToString()
+    return data.replace(b"PLACEHOLDR", b"\xff" * 10)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_non_utf8_name_is_a_one_line_error(command: str) -> None:
+    outcome = run_cli(_mutant(_non_utf8_name_model()), command, "basic")
+    assert outcome.ok and outcome.returncode == 2, (outcome.verdict, outcome.stderr[-400:])
+    assert "node[0].name is not valid UTF-8" in outcome.stderr
+
+
+@pytest.mark.parametrize("field", ["producer_name", "graph_name", "output_name", "doc_string"])
+def test_non_utf8_anywhere_is_a_one_line_error(field: str) -> None:
+    """Found by the campaign (seed 1, #1500): a bit flip in ``producer_name`` failed in the copy of the model's
+    header, before the names were checked; every string field of the model is now checked first."""
+    model = _slice_model(3)
+    token = "PLACEHOLDR"
+    if field == "producer_name":
+        model.producer_name = token
+    elif field == "graph_name":
+        model.graph.name = token
+    elif field == "output_name":
+        model.graph.node[0].output[0] = token
+        model.graph.output[0].name = token
+    else:
+        model.graph.node[0].doc_string = token
+    data = model.SerializeToString().replace(token.encode(), b"\xe9" * len(token))
+    for command in ("explain", "optimize"):
+        outcome = run_cli(_mutant(data), command, "layout")
+        assert outcome.ok and outcome.returncode == 2, (field, command, outcome.verdict, outcome.stderr[-400:])
+        assert "is not valid UTF-8" in outcome.stderr
+
+
+def test_non_utf8_attribute_string_is_no_internal_error() -> None:
+    """An attribute string is bytes by type: qdqopt reads it with surrogateescape, as ORT compares bytes, and the
+    Resize whose ``mode`` is no valid mode is rejected by ORT's kernel (exit 2), never a UnicodeDecodeError."""
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="resize", mode=b"near\xffst")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    for command in ("optimize", "trace"):
+        outcome = run_cli(_mutant(model), command, "extended")
+        assert outcome.ok, (outcome.verdict, outcome.stderr[-400:])
+        assert "UnicodeDecodeError" not in outcome.stderr
+
+
+def test_short_initializer_is_refused_in_orts_words() -> None:
+    model = fixture_model("layernorm/rms_op17")
+    data = model.SerializeToString()
+    rng = random.Random(3)
+    for _ in range(20):  # a raw initializer cut short
+        mutant = mutate("layernorm/rms_op17", data, "short_initializer", rng)
+        assert mutant is not None
+        outcome = run_cli(mutant, "explain", "extended")
+        assert outcome.ok, (mutant.detail, outcome.verdict, outcome.stderr[-400:])
+        if outcome.returncode == 2 and "Deserialize tensor" in outcome.stderr:
+            return
+    raise AssertionError("no short initializer was refused in ORT's words")
+
+
+@pytest.mark.parametrize("command", ["optimize", "trace", "diff", "explain", "passes"])
+def test_unknown_config_key_warned_once(command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(_slice_model(3), str(path))
+    argv = {
+        "optimize": ["optimize", str(path), "-o", str(tmp_path / "o.onnx"), "-l", "basic"],
+        "trace": ["trace", str(path), "-l", "basic"],
+        "diff": ["diff", str(path), "-l", "basic"],
+        "explain": ["explain", str(path)],
+        "passes": ["passes", "-l", "basic"],
+    }[command]
+    assert main([*argv, "--config", "no.such.key=1"]) in (0, 1)
+    err = capsys.readouterr().err
+    assert err.count("'no.such.key' is not one qdqopt knows") == 1, err
+
+
+def test_optimize_output_mode_in_a_child_with_the_umask() -> None:
+    """Through the real command in a process with umask 022: a 0644 file, nothing else left in the folder."""
+    outcome = run_cli(_mutant(_slice_model(3)), "optimize", "basic")
+    assert outcome.ok and outcome.returncode == 0, (outcome.verdict, outcome.note)
+
+
+def test_the_exec_runner_gives_the_same_verdict() -> None:
+    """``python -m qdqopt.cli`` as a subprocess (slow: one import) judges as the forked runner does."""
+    outcome = run_cli(_mutant(_non_utf8_name_model()), "trace", "basic", exec_cli=True)
+    assert outcome.ok and outcome.returncode == 2, (outcome.verdict, outcome.stderr[-400:])
+
+
+# ---------------------------------------------------------------------------------------- the fuzzer itself
+def test_every_mutation_makes_a_mutant() -> None:
+    data = fixture_model("eudq/t2b_same_node_twice_plus_other").SerializeToString()
+    for kind in MUTATIONS:
+        made = [mutate("seed", data, kind, random.Random(i)) for i in range(8)]
+        changed = [m for m in made if m is not None and m.data != data]
+        assert changed, kind
+    assert set(MUTATIONS) == set(BYTE_MUTATIONS) | set(PROTO_MUTATIONS)
+
+
+@pytest.mark.parametrize(
+    ("code", "stderr", "hung", "verdict"),
+    [
+        (0, "", False, "ok"),
+        (1, "", False, "ok"),
+        (2, "qdqopt: warning: x\nqdqopt: error: bad\n", False, "ok"),
+        (2, "qdqopt: error: bad\nmore\n", False, "multiline"),
+        (2, "usage: qdqopt\n", False, "multiline"),
+        (3, "qdqopt: internal error: ValueError: x\n", False, "internal"),
+        (1, "Traceback (most recent call last):\n  x\nValueError: y\n", False, "traceback"),
+        (-6, "Assertion failed\n", False, "signal"),
+        (134, "", False, "exit"),
+        (None, "", True, "hang"),
+    ],
+)
+def test_judge(code: int | None, stderr: str, hung: bool, verdict: str) -> None:
+    assert judge(code, stderr, hung)[0] == verdict
+
+
+def test_a_crash_is_caught_as_a_signal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The harness must be able to fail: an abort planted in the CLI shows up as a ``signal`` verdict."""
+    import qdqopt.cli
+
+    monkeypatch.setattr(qdqopt.cli, "cmd_trace", lambda args: os.abort())
+    outcome = run_cli(_mutant(_slice_model(3)), "trace", "basic")
+    assert outcome.verdict == "signal", outcome
+
+
+def test_a_partial_output_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    import qdqopt.cli
+
+    def half_written(args: object) -> int:
+        Path(args.output).write_bytes(b"\x08")  # type: ignore[attr-defined]
+        raise QdqoptError("failed after writing")
+
+    monkeypatch.setattr(qdqopt.cli, "cmd_optimize", half_written)
+    outcome = run_cli(_mutant(_slice_model(3)), "optimize", "basic")
+    assert outcome.verdict == "partial_output", outcome
+
+
+def test_a_changed_input_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    import qdqopt.cli
+
+    def scribble(args: object) -> int:
+        Path(args.input).write_bytes(b"")  # type: ignore[attr-defined]
+        return 0
+
+    monkeypatch.setattr(qdqopt.cli, "cmd_explain", scribble)
+    outcome = run_cli(_mutant(_slice_model(3)), "explain", "extended")
+    assert outcome.verdict == "input_changed", outcome
+
+
+def test_a_wrong_mode_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    import qdqopt.cli
+
+    original = qdqopt.cli._write_atomic  # type: ignore[attr-defined]
+
+    def private(model: object, path: Path) -> None:
+        original(model, path)  # type: ignore[arg-type]
+        os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
+
+    monkeypatch.setattr(qdqopt.cli, "_write_atomic", private)
+    outcome = run_cli(_mutant(_slice_model(3)), "optimize", "basic")
+    assert outcome.verdict == "mode", outcome
+
+
+# ------------------------------------------------------------------------------------------------ the campaign
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"no corpus at {CORPUS}")
+def test_seeded_campaign() -> None:
+    """A seeded few hundred mutants over the corpus and every fixture, every command: no crash of any class."""
+    results = campaign(CI_COUNT, CI_SEED, corpus=CORPUS, timeout=120.0, jobs=2, progress=False)
+    failures = [(c, o) for c, _, o in results if o is not None and not o.ok]
+    assert len([o for _, _, o in results if o is not None]) >= CI_COUNT * 0.95, "\n".join(summary(results))
+    assert not failures, "\n".join(
+        f"#{c.index} {o.verdict} {c.seed_name} {c.kind} {' '.join(o.command[:2])} --level {c.level}: {o.note}"
+        for c, o in failures
+    )
+
+
+def test_node_output_named_as_an_initializer_is_refused_as_ort_does() -> None:
+    """Found by the CI campaign (seed 20261202, #80): a node writing an initializer's name crashed the transpose
+    optimizer (IndexError); ORT's loader refuses it, "Duplicate definition of name", and so does qdqopt's now."""
+    model = _slice_model(3)
+    model.graph.node[0].output[0] = "starts"
+    model.graph.output[0].name = "starts"
+    outcome = run_cli(_mutant(model), "trace", "layout")
+    assert outcome.ok and outcome.returncode == 2, (outcome.verdict, outcome.stderr[-400:])
+    assert "Duplicate definition of name (starts)" in outcome.stderr
