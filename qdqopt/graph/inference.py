@@ -408,7 +408,7 @@ def infer_types(graph: Graph) -> None:
             inferred = _infer_shapes(model)
         except Exception:  # onnx gave up on the whole model: keep what the schemas can tell
             inferred = model
-        _clear_all_invented_dims(inferred.graph, declared)
+        _clear_invented_dims_deep(inferred.graph, declared)  # a dim ORT cannot infer stays unnamed
         _store(graph, inferred.graph)
         if not _propagate_by_schema(graph):
             return
@@ -454,26 +454,6 @@ def _resolve_graph(graph: Graph) -> onnx.GraphProto:
                 proto.attribute.append(onnx.helper.make_attribute(attr_name, _resolve_graph(sub)))
         gp.node.append(proto)
     return gp
-
-
-def _all_dim_params(gp: onnx.GraphProto) -> set[str]:
-    """The dim_params ``gp`` and its subgraphs name before inference."""
-    names = _dim_params(gp)
-    for node in gp.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                names |= _all_dim_params(attr.g)
-    return names
-
-
-def _clear_all_invented_dims(gp: onnx.GraphProto, declared: set[str]) -> None:
-    """:func:`_clear_invented_dims` in ``gp`` and its subgraphs: a dim ORT's Resolve cannot infer stays unnamed (no
-    ``unk__<n>`` a later comparison of dim_params could find equal)."""
-    _clear_invented_dims(gp, declared)
-    for node in gp.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                _clear_all_invented_dims(attr.g, declared)
 
 
 def _data_given(graph: Graph, name: str, tensor: onnx.TensorProto) -> bool:
