@@ -85,8 +85,8 @@ class View(enum.Enum):
     qdqopt infers lazily, and three emulations of that state coexist, each with the passes its answers were matched
     against ORT on (they differ in what the inference is given and in when it runs again):
 
-    * ``PASS``: the types :func:`~qdqopt.graph.inference.infer_types` gave (the Resolve the partitioner runs: no
-      initializer data; contrib outputs typed from their schema) plus the types passes set, as a pass application
+    * ``PASS``: the types :func:`~qdqopt.graph.inference.infer_types` gave (the Resolve the partitioner runs: small
+      constant initializers' data, no shape-value propagation; contrib outputs typed from their schema) plus the types passes set, as a pass application
       sees them: a value made since the pass began (:meth:`Graph.begin_pass`) is untyped; a value without a type or
       a shape makes the inference run again, once per pass application. What most passes read.
     * ``FILLED``: shapes only, as ConstantFolding (and WeightBiasQuantization) need them complete: a graph input's

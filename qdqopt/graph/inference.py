@@ -9,7 +9,7 @@ the results and decides when to run it again:
 * **load and save** (:func:`infer_model_types`): the types of a model proto, as ORT's Resolve gives them at load
   and after the rewrites; the saver writes them;
 * **Resolve, as partitioning sees it** (:func:`infer_types`): the graph as it stands, the types already known
-  given as value_info, initializers as typed values without data, plus schema-driven typing of the outputs ONNX
+  given as value_info, small constant initializers with their data, plus schema-driven typing of the outputs ONNX
   leaves untyped (contrib ops); the kernel lookups, InsertCast and the passes' ``View.PASS``/``View.FILLED``
   queries read these (:meth:`Graph.value_type`);
 * **Resolve with shape data** (:func:`infer_with_data`): the graph as it stands, with the data of small constant
@@ -392,7 +392,8 @@ def infer_types(graph: Graph) -> None:
     :meth:`Graph.set_value_type`), as the partitioner's kernel lookups need them.
 
     ONNX shape inference over the current graph (nodes in ORT's topological order, declared value_info kept, the
-    types already known given, initializers as typed values without their data), plus a schema-driven propagation
+    types already known given, small constant initializers with their data as ``getInputData`` gives them, the
+    dims ONNX names ``unk__<n>`` and the model does not left unnamed), plus a schema-driven propagation
     for what ONNX cannot infer (contrib ops): an output whose formal type is a constraint takes the type of the first
     typed input bound to the same constraint, or the constraint's only allowed type; repeated while that types
     something new.
