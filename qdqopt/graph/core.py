@@ -86,9 +86,10 @@ class View(enum.Enum):
     against ORT on (they differ in what the inference is given and in when it runs again):
 
     * ``PASS``: the types :func:`~qdqopt.graph.inference.infer_types` gave (the Resolve the partitioner runs: small
-      constant initializers' data, no shape-value propagation; contrib outputs typed from their schema) plus the types passes set, as a pass application
-      sees them: a value made since the pass began (:meth:`Graph.begin_pass`) is untyped; a value without a type or
-      a shape makes the inference run again, once per pass application. What most passes read.
+      constant initializers' data, no shape-value propagation; contrib outputs typed from their schema) plus the
+      types passes set, as a pass application sees them: a value made since the pass began
+      (:meth:`Graph.begin_pass`) is untyped; a value without a type or a shape makes the inference run again, once
+      per pass application. What most passes read.
     * ``FILLED``: shapes only, as ConstantFolding (and WeightBiasQuantization) need them complete: a graph input's
       declared shape, an initializer's dims, else the ``PASS`` types with the dims value_info or the outputs declare
       filling those left unknown; while a dim is unknown the inference runs again, once per pass application. A value
