@@ -194,7 +194,10 @@ def test_mutation_mobileclip_projection_shape(monkeypatch: pytest.MonkeyPatch) -
     original = Graph.shape
 
     def without_data(self: Graph, value: str, *, view: View = View.PASS, as_written: bool = False) -> object:
-        return original(self, value, view=View.PASS, as_written=as_written)
+        producer = self.producer(value)
+        if producer is not None and producer.op_type == "Reshape":  # as if the Reshape's constant were not read
+            return None
+        return original(self, value, view=view, as_written=as_written)
 
     monkeypatch.setattr(Graph, "shape", without_data)
     assert differs("attention/clip_gemm")
