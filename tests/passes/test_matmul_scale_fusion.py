@@ -81,7 +81,10 @@ def test_mutation_shapes_without_constant_data_fails(monkeypatch: pytest.MonkeyP
     original = Graph.shape
 
     def without_data(self, value, *, view=View.PASS, as_written=False):  # type: ignore[no-untyped-def]
-        return original(self, value, view=View.PASS, as_written=as_written)
+        producer = self.producer(value)
+        if producer is not None and producer.op_type == "Reshape":  # as if the Reshape's constant were not read
+            return None
+        return original(self, value, view=view, as_written=as_written)
 
     result = _compare(FIXTURES["matmulscale/div_before_reshaped"](), {}, LAYOUT_WORK)
     _assert_p(result, "div_before_reshaped")
