@@ -97,12 +97,12 @@ def transformers_sample() -> frozenset[str]:
 #: one in this many of each hand-built group (``group/case``) runs in the level-wide sweeps in CI (the groups of the
 #: passes added for issue #11 on are also run, as ORT runs, at BASIC, EXTENDED and ALL by their pass's own tests in
 #: tests/passes/); QDQOPT_FULL=1 runs every one
-HANDBUILT_SHARE = 3
+HANDBUILT_SHARE = 8
 
 
 @functools.cache
 def handbuilt_sample() -> frozenset[str]:
-    """The hand-built fixtures the level-wide sweeps (:data:`_SWEEPS`) run without QDQOPT_FULL=1: a seeded third of
+    """The hand-built fixtures the level-wide sweeps (:data:`_SWEEPS`) run without QDQOPT_FULL=1: a seeded eighth of
     each group (at least one), so that every group keeps its place in every sweep."""
     names = [f.name for f in all_fixtures() if f.kind == "handbuilt"]
     if FULL:
@@ -114,6 +114,29 @@ def handbuilt_sample() -> frozenset[str]:
     chosen: set[str] = set()
     for _, members in sorted(groups.items()):
         chosen.update(rng.sample(members, max(1, len(members) // HANDBUILT_SHARE)))
+    return frozenset(chosen)
+
+
+#: one in this many corpus models runs in the level-wide sweeps in CI (QDQOPT_FULL=1: all of them)
+CORPUS_SHARE = 2
+#: the corpus's real MobileNetV3, always in the sample
+_ALWAYS = "ort_testdata/csharp/tools/MauiModelTester/Resources/Raw/test_data/model.onnx"
+
+
+@functools.cache
+def corpus_sample() -> frozenset[str]:
+    """The corpus models (by :func:`corpus_id`) the level-wide sweeps run without QDQOPT_FULL=1: a seeded share of
+    each corpus folder (at least one) and the real MobileNetV3."""
+    ids = [corpus_id(p) for p in corpus_models()]
+    if FULL:
+        return frozenset(ids)
+    folders: dict[str, list[str]] = {}
+    for key in ids:
+        folders.setdefault(key.split("/")[0], []).append(key)
+    rng = random.Random(17)
+    chosen = {key for key in ids if key == _ALWAYS}
+    for _, members in sorted(folders.items()):
+        chosen.update(rng.sample(members, max(1, len(members) // CORPUS_SHARE)))
     return frozenset(chosen)
 
 
@@ -162,6 +185,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     sample = realarch_sample()
     transformers = transformers_sample()
     handbuilt = handbuilt_sample()
+    corpus = corpus_sample()
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = callspec.params if callspec is not None else {}
@@ -171,6 +195,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if isinstance(name, str) and name in REALARCH and name not in sample:
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.skip(reason="real-architecture fixture outside the CI sample (QDQOPT_FULL=1)"))
+        if (
+            isinstance(path, Path)
+            and CORPUS in path.parents
+            and item.path.stem in _SWEEPS
+            and corpus_id(path) not in corpus
+        ):
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(
+                pytest.mark.skip(
+                    reason="corpus model outside the level-wide sweeps' seeded CI sample (QDQOPT_FULL=1 runs it)"
+                )
+            )
         if isinstance(name, str) and "/" in name and item.path.stem in _SWEEPS and name not in handbuilt:
             item.add_marker(pytest.mark.slow)
             item.add_marker(
