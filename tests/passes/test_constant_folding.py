@@ -81,10 +81,11 @@ def test_split_made_at_extended() -> None:
 
 @pytest.mark.parametrize("name", ["shapes/resize_sizes_float", "shapes/split_ends_after_resize"])
 def test_without_reinference_the_fixture_differs(name: str) -> None:
-    """Mutation: ConstantFolding without ``UpdateShapeInference`` leaves the second Shape chain in place."""
+    """Mutation: ConstantFolding without ``UpdateShapeInference`` does not fold the second Shape chain in the same
+    pass (the next step's Resolve types it, so it may fold later: the log, or the file, differs from ORT's)."""
     with patched(constant_folding, "update_shape_inference", lambda graph, node: None):
         comp = compare_level(fixture_model(name), "basic")
-    assert not comp.report.holds("S")
+    assert not comp.report.holds("P") or comp.ours_lines != comp.ort_lines
 
 
 def test_symbolic_dims_take_the_inferred_values() -> None:
@@ -131,13 +132,14 @@ def test_merge_type(
 
 
 def test_schema_bound_output_type_has_no_shape() -> None:
-    """An output ONNX cannot infer gets the element type its schema binds, not its input's shape (a Resize whose
-    ``sizes`` length is unknown to inference without initializer data)."""
+    """An output ONNX cannot infer a size for gets the element type its schema binds, not its input's dims (a Resize
+    whose ``sizes`` values come from a Shape chain: at most the rank is known)."""
     model = load_model(fixture_model("shapes/split_ends_after_resize"))
     partition(model.graph)
     found = model.graph.value_type("t")
     assert found is not None and found.tensor_type.elem_type == TensorProto.FLOAT
-    assert not found.tensor_type.HasField("shape")
+    dims = found.tensor_type.shape.dim if found.tensor_type.HasField("shape") else []
+    assert not any(d.HasField("dim_value") for d in dims)
 
 
 def test_declared_dims_against_inferred_symbols() -> None:
