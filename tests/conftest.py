@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import random
+import subprocess
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,7 +16,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from fixtures import MODELS_DIR, REALARCH, TRANSFORMERS, all_fixtures
+from fixtures import MODELS_DIR, REALARCH, TRANSFORMERS, all_fixtures, committed_model_path
 from qdqopt.errors import ReferenceError
 from qdqopt.reference import check_accepted
 
@@ -259,3 +262,36 @@ def patched(module: object, name: str, replacement: object) -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _quiet_warnings() -> None:
     warnings.simplefilter("default")
+
+
+_ORT_LOAD_SCRIPT = """\
+import json, sys, onnxruntime as ort
+failed = {}
+for path in json.loads(sys.stdin.read()):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    try:
+        ort.InferenceSession(path, so, providers=['CPUExecutionProvider'])
+    except Exception as exc:
+        failed[path] = str(exc)[:300]
+print(json.dumps(failed))
+"""
+
+
+def ort_disable_all_failures(paths: list[str]) -> dict[str, str]:
+    """One child process creates an ORT_DISABLE_ALL session for each model (a crash there must not take pytest
+    down); returns path -> ORT's message for those it refused."""
+    r = subprocess.run(
+        [sys.executable, "-c", _ORT_LOAD_SCRIPT], input=json.dumps(paths), capture_output=True, text=True, check=False
+    )
+    assert r.returncode == 0, f"ORT crashed: {r.returncode} {r.stderr[-500:]}"
+    failed: dict[str, str] = json.loads(r.stdout)
+    return failed
+
+
+def assert_committed_sizes(names: list[str], max_file: int, max_total: int) -> None:
+    """Each committed fixture file is under ``max_file`` bytes and all of them under ``max_total``."""
+    sizes = {name: committed_model_path(name).stat().st_size for name in names}
+    assert not {name: size for name, size in sizes.items() if size >= max_file}
+    assert sum(sizes.values()) < max_total

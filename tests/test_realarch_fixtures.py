@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import collections
 import importlib.util
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import onnx
@@ -23,6 +20,7 @@ import fixtures
 import qdqopt
 from fixtures.realarch import ARCHS, QUANT_CONFIGS
 from qdqopt.errors import QdqoptError
+from tests.conftest import assert_committed_sizes, ort_disable_all_failures
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = list(fixtures.REALARCH)
@@ -51,33 +49,12 @@ def test_registry() -> None:
 
 
 def test_files_are_small() -> None:
-    sizes = {name: fixtures.committed_model_path(name).stat().st_size for name in NAMES}
-    too_big = {name: size for name, size in sizes.items() if size >= MAX_FILE_BYTES}
-    assert not too_big
-    assert sum(sizes.values()) < MAX_TOTAL_BYTES
+    assert_committed_sizes(NAMES, MAX_FILE_BYTES, MAX_TOTAL_BYTES)
 
 
 def test_ort_loads_every_fixture_at_disable_all() -> None:
     """One child process creates an ORT_DISABLE_ALL session for each fixture and reports what failed."""
-    paths = [str(fixtures.committed_model_path(name)) for name in NAMES]
-    script = (
-        "import json, sys, onnxruntime as ort\n"
-        "failed = {}\n"
-        "for path in json.loads(sys.stdin.read()):\n"
-        "    so = ort.SessionOptions()\n"
-        "    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL\n"
-        "    so.log_severity_level = 3\n"
-        "    try:\n"
-        "        ort.InferenceSession(path, so, providers=['CPUExecutionProvider'])\n"
-        "    except Exception as exc:\n"
-        "        failed[path] = str(exc)[:300]\n"
-        "print(json.dumps(failed))\n"
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", script], input=json.dumps(paths), capture_output=True, text=True, check=False
-    )
-    assert r.returncode == 0, f"ORT crashed: {r.returncode} {r.stderr[-500:]}"
-    assert json.loads(r.stdout) == {}
+    assert ort_disable_all_failures([str(fixtures.committed_model_path(name)) for name in NAMES]) == {}
 
 
 @pytest.mark.parametrize("fixture", NAMES)

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import collections
 import importlib.util
-import json
-import subprocess
-import sys
 
 import onnx
 import pytest
@@ -24,6 +21,7 @@ import fixtures
 import qdqopt
 from fixtures.transformers import ARCHS, EXPORTERS, FP16_EXPORTER, QUANTIZED, combinations, fixture_name
 from qdqopt.errors import QdqoptError
+from tests.conftest import assert_committed_sizes, ort_disable_all_failures
 
 NAMES = list(fixtures.TRANSFORMERS)
 
@@ -84,33 +82,12 @@ def test_exports_are_what_the_docstring_says() -> None:
 
 
 def test_files_are_small() -> None:
-    sizes = {name: fixtures.committed_model_path(name).stat().st_size for name in NAMES}
-    too_big = {name: size for name, size in sizes.items() if size >= MAX_FILE_BYTES}
-    assert not too_big
-    assert sum(sizes.values()) < MAX_TOTAL_BYTES
+    assert_committed_sizes(NAMES, MAX_FILE_BYTES, MAX_TOTAL_BYTES)
 
 
 def test_ort_loads_every_fixture_at_disable_all() -> None:
     """One child process creates an ORT_DISABLE_ALL session for each fixture and reports what failed."""
-    paths = [str(fixtures.committed_model_path(name)) for name in NAMES]
-    script = (
-        "import json, sys, onnxruntime as ort\n"
-        "failed = {}\n"
-        "for path in json.loads(sys.stdin.read()):\n"
-        "    so = ort.SessionOptions()\n"
-        "    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL\n"
-        "    so.log_severity_level = 3\n"
-        "    try:\n"
-        "        ort.InferenceSession(path, so, providers=['CPUExecutionProvider'])\n"
-        "    except Exception as exc:\n"
-        "        failed[path] = str(exc)[:300]\n"
-        "print(json.dumps(failed))\n"
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", script], input=json.dumps(paths), capture_output=True, text=True, check=False
-    )
-    assert r.returncode == 0, f"ORT crashed: {r.returncode} {r.stderr[-500:]}"
-    assert json.loads(r.stdout) == {}
+    assert ort_disable_all_failures([str(fixtures.committed_model_path(name)) for name in NAMES]) == {}
 
 
 def test_checker_accepts_every_fixture() -> None:
