@@ -1,0 +1,47 @@
+"""``benchmarks/fidelity.py``, the fidelity table: a run is classed by live comparison with ORT, and the table's
+shares count what the runs say (a difference shows, with its class)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import fidelity  # noqa: E402
+
+
+def test_an_exact_fixture_is_exact_at_every_tier() -> None:
+    result = fidelity.measure("eudq/subgraph_and_one_explicit", "extended", "default")
+    assert result.verdict == "P" and result.numerics is True and result.exact("X")
+
+
+def test_a_disabled_pass_on_one_side_shows_as_a_difference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """qdqopt's output emptied, ORT as it runs: the run is not exact and the table counts it and classes it (the
+    table must be able to show a difference)."""
+    from qdqopt import compare
+
+    real = compare.run_paired
+
+    def one_sided(*args: object, **kwargs: object) -> object:
+        pair = real(*args, **kwargs)  # type: ignore[arg-type]
+        pair.ours.model.graph.ClearField("node")  # qdqopt "wrote" an empty graph
+        return pair
+
+    monkeypatch.setattr(compare, "run_paired", one_sided)
+    result = fidelity.measure("eudq/subgraph_and_one_explicit", "basic", "default", tiers=("S", "X", "P"))
+    assert not result.exact("S") and result.verdict == "diff"
+    lines = fidelity.table([result])
+    level_line = next(line for line in lines if line.startswith("  basic "))
+    assert level_line.split()[4:7] == ["0/1", "(0%)", "0/1"], level_line  # S 0 of 1, X 0 of 1
+    assert "op counts: qdqopt minus ORT" in lines[-2], lines[-3:]
+
+
+def test_unknown_model_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        fidelity.main(["no/such_fixture"])
+    assert exc.value.code == 2
+    assert "unknown fixture 'no/such_fixture'" in capsys.readouterr().err
