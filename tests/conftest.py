@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 import warnings
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -120,23 +121,24 @@ def handbuilt_sample() -> frozenset[str]:
     return frozenset(chosen)
 
 
-#: one in this many corpus models runs in the level-wide sweeps in CI (QDQOPT_FULL=1: all of them)
+#: one in this many corpus models runs in each corpus sweep in CI (QDQOPT_FULL=1: all of them)
 CORPUS_SHARE = 2
 #: the corpus's real MobileNetV3, always in the sample
 _ALWAYS = "ort_testdata/csharp/tools/MauiModelTester/Resources/Raw/test_data/model.onnx"
 
 
 @functools.cache
-def corpus_sample() -> frozenset[str]:
-    """The corpus models (by :func:`corpus_id`) the level-wide sweeps run without QDQOPT_FULL=1: a seeded share of
-    each corpus folder (at least one) and the real MobileNetV3."""
+def corpus_sample(module: str = "") -> frozenset[str]:
+    """The corpus models (by :func:`corpus_id`) a corpus sweep runs without QDQOPT_FULL=1: a seeded share of each
+    corpus folder (at least one) and the real MobileNetV3. The level-wide sweeps share one sample (``module`` empty);
+    every other test module sweeping the corpus draws its own, seeded by its name, so that CI covers more models."""
     ids = [corpus_id(p) for p in corpus_models()]
     if FULL:
         return frozenset(ids)
     folders: dict[str, list[str]] = {}
     for key in ids:
         folders.setdefault(key.split("/")[0], []).append(key)
-    rng = random.Random(17)
+    rng = random.Random(zlib.crc32(module.encode()) if module else 17)
     chosen = {key for key in ids if key == _ALWAYS}
     for _, members in sorted(folders.items()):
         chosen.update(rng.sample(members, max(1, len(members) // CORPUS_SHARE)))
@@ -192,7 +194,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     sample = realarch_sample()
     transformers = transformers_sample()
     handbuilt = handbuilt_sample()
-    corpus = corpus_sample()
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = callspec.params if callspec is not None else {}
@@ -202,17 +203,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if isinstance(name, str) and name in REALARCH and name not in sample:
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.skip(reason="real-architecture fixture outside the CI sample (QDQOPT_FULL=1)"))
+        module = item.path.stem
         if (
             isinstance(path, Path)
             and CORPUS in path.parents
-            and item.path.stem in _SWEEPS
-            and corpus_id(path) not in corpus
+            and corpus_id(path) not in corpus_sample("" if module in _SWEEPS else module)
         ):
             item.add_marker(pytest.mark.slow)
             item.add_marker(
-                pytest.mark.skip(
-                    reason="corpus model outside the level-wide sweeps' seeded CI sample (QDQOPT_FULL=1 runs it)"
-                )
+                pytest.mark.skip(reason="corpus model outside this sweep's seeded CI sample (QDQOPT_FULL=1 runs it)")
             )
         if isinstance(name, str) and "/" in name and item.path.stem in _SWEEPS and name not in handbuilt:
             item.add_marker(pytest.mark.slow)
