@@ -30,9 +30,6 @@ Rules (ORT 1.32):
 
 from __future__ import annotations
 
-import onnx
-
-from qdqopt.events import emit_fused
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
@@ -43,12 +40,11 @@ from qdqopt.passes.graph_utils import (
     is_supported_op,
     node_produces_graph_output,
 )
+from qdqopt.passes.skip_layer_norm_fusion import epsilon_attribute, replace_with_skip_layer_norm
 
 __all__ = ["BiasSkipLayerNormFusion"]
 
 MS_DOMAIN = "com.microsoft"
-#: ``contrib::kDefaultSkipLayerNormEpsilon``
-DEFAULT_EPSILON = 1e-12
 _ADD = (7, 13, 14)
 _MATMUL = (1, 9, 13)
 _CAST = (1, 6, 9, 13, 15)
@@ -137,25 +133,8 @@ class BiasSkipLayerNormFusion(GraphTransformer):
         sln_slot, add, matmul_slot = found
         inputs = [*sln.inputs, add.inputs[1 - matmul_slot]]
         inputs[sln_slot] = add.inputs[matmul_slot]
-        outputs = list(sln.outputs)
         attributes = {k: v for k, v in sln.attributes.items() if k != "epsilon"}
-        epsilon = sln.attributes.get("epsilon")
-        attributes["epsilon"] = (
-            epsilon if epsilon is not None else onnx.helper.make_attribute("epsilon", DEFAULT_EPSILON)
-        )
-        ep = sln.ep
-        graph.remove_node(add)
-        graph.remove_node(sln)
-        candidate = sln.name
-        fused = graph.add_node(
-            graph.generate_node_name("SkipLayerNormalization"),
-            "SkipLayerNormalization",
-            inputs,
-            outputs,
-            domain=MS_DOMAIN,
-            attributes=attributes,
-            doc_string="fused SkipLayerNormalization and bias Add",
-            ep=ep,
-        )
-        emit_fused(candidate, "SkipLayerNormalization", fused.name, MS_DOMAIN)
+        attributes["epsilon"] = epsilon_attribute(sln)
+        doc = "fused SkipLayerNormalization and bias Add"
+        replace_with_skip_layer_norm(graph, sln, [add, sln], inputs, attributes, doc)
         return True

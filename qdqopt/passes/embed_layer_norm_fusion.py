@@ -52,6 +52,9 @@ Each LayerNormalization with beta is a candidate: a fusion is reported as a ``fu
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
 import onnx
 
@@ -60,6 +63,7 @@ from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
     EdgeToMatch,
+    add_cast,
     check_output_edges,
     constant_array,
     constant_initializer,
@@ -120,6 +124,10 @@ POSITION_PATHS: tuple[tuple[EdgeToMatch, ...], ...] = (
 )  # fmt: skip
 
 
+_T = TypeVar("_T")
+_NO_POSITION = "Failed to match position embedding subgraph."
+
+
 class _Refused(Exception):
     """A check refused the candidate; ``reasons`` innermost first, as ORT logs them."""
 
@@ -133,10 +141,35 @@ def _require(ok: bool, *reasons: str) -> None:
         raise _Refused(*reasons)
 
 
-def _also(reason: str, call: object) -> None:
-    """Run ``call``; a refusal inside it gets ``reason`` appended (the outer function's log line)."""
+def _require_path(graph: Graph, node: Node, edges: list[EdgeToMatch], *reasons: str) -> list[Node]:
+    """``FindPath`` up ``node``'s inputs, or a refusal with ``reasons``."""
+    found = find_path(graph, node, True, edges)
+    _require(found is not None, *reasons)
+    assert found is not None
+    return found
+
+
+def _embedding_gather(graph: Graph, add: Node, slot: int, what: str) -> tuple[Node, str, int | None]:
+    """The ``what`` Gather at ``add``'s input ``slot`` (used by it alone), its embedding table and the table's
+    hidden size."""
+    (gather,) = _require_path(
+        graph, add, [_e(0, slot, "Gather", _GATHER)], f"no {what} Gather at the Add's input {slot}"
+    )
+    _require(check_output_edges(graph, gather, 1), f"the {what} Gather has other consumers")
+    return gather, gather.inputs[0], _table_width(graph, gather.inputs[0])
+
+
+def _table_width(graph: Graph, name: str) -> int | None:
+    """The hidden size of an embedding table: dim 1 of a 2-D shape, when it is a value."""
+    shape = graph.shape(name)
+    return _dim_value(shape[1]) if shape is not None and len(shape) == 2 else None
+
+
+def _also(reason: str, call: Callable[[], _T]) -> _T:
+    """Run ``call`` and return what it returns; a refusal inside it gets ``reason`` appended (the outer function's
+    log line)."""
     try:
-        call()  # type: ignore[operator]
+        return call()
     except _Refused as refused:
         refused.reasons.append(reason)
         raise
@@ -185,11 +218,9 @@ def _tensor_shape(graph: Graph, name: str) -> list[int]:
 def _match_input_to_concat(graph: Graph, cur: Node, input_ids: str, index: int, gather1_expected: Node) -> None:
     """``MatchInputToConcatSubgraph``: ``cur``'s input ``index`` is ``Concat(Unsqueeze(Gather(Shape(ids), 0)),
     Unsqueeze(Gather(Shape(ids), 1)))``, that second Gather being the one the position path went through."""
-    path1 = find_path(graph, cur, True, [
+    path1 = _require_path(graph, cur, [
         _e(0, index, "Concat", _CONCAT), _e(0, 0, "Unsqueeze", _UNSQUEEZE), _e(0, 0, "Gather", _GATHER),
-        _e(0, 0, "Shape", _SHAPE)])  # fmt: skip
-    _require(path1 is not None, "Failed to find path 1 of position shape.")
-    assert path1 is not None
+        _e(0, 0, "Shape", _SHAPE)], "Failed to find path 1 of position shape.")  # fmt: skip
     for i, n in enumerate(path1):
         if not check_output_edges(graph, n, 1) and i != len(path1) - 1:
             raise _Refused("Output edge count not expected for nodes in path 1 of position shape.")
@@ -199,10 +230,9 @@ def _match_input_to_concat(graph: Graph, cur: Node, input_ids: str, index: int, 
         int_initializer_is(graph, gather0.inputs[1], 0),
         "Second input of Gather in path 1 of position shape should be a constant with value 0.",
     )
-    path2 = find_path(graph, concat, True, [
-        _e(0, 1, "Unsqueeze", _UNSQUEEZE), _e(0, 0, "Gather", _GATHER), _e(0, 0, "Shape", _SHAPE)])  # fmt: skip
-    _require(path2 is not None, "Failed to find path 2 of position shape.")
-    assert path2 is not None
+    path2 = _require_path(graph, concat, [
+        _e(0, 1, "Unsqueeze", _UNSQUEEZE), _e(0, 0, "Gather", _GATHER), _e(0, 0, "Shape", _SHAPE)],
+        "Failed to find path 2 of position shape.")  # fmt: skip
     _require(
         check_output_edges(graph, path2[0], 1) and check_output_edges(graph, path2[1], 2),
         "Output edge count not expected for nodes in path 2 of position shape.",
@@ -254,9 +284,7 @@ def _match_position_from_gather(graph: Graph, position_gather: Node, input_ids: 
         _require(
             int_initializer_is(graph, gather.inputs[1], 1), "Second input of Gather should be a constant with value 1. "
         )
-        found = find_path(graph, expand, True, [_e(0, 1, "Shape", _SHAPE)])
-        _require(found is not None, "Failed to match Shape node. ")
-        assert found is not None
+        found = _require_path(graph, expand, [_e(0, 1, "Shape", _SHAPE)], "Failed to match Shape node. ")
         _require(
             path[-1].inputs[0] == input_ids and found[0].inputs[0] == input_ids,
             "The parent of shape nodes are expected to be input_ids.",
@@ -284,10 +312,7 @@ def _match_position_from_gather(graph: Graph, position_gather: Node, input_ids: 
 
 def _match_position_embedding(graph: Graph, add: Node, input_ids: str) -> tuple[Node, str]:
     """``MatchPositionEmbeddingSubgraph``: the Gather at ``add``'s input 1 and its table."""
-    found = find_path(graph, add, True, [_e(0, 1, "Gather", _GATHER)])
-    _require(found is not None, "")
-    assert found is not None
-    gather = found[0]
+    (gather,) = _require_path(graph, add, [_e(0, 1, "Gather", _GATHER)], "")
     _require(check_output_edges(graph, gather, 1), "")
     indices = gather.inputs[1]
     if is_constant(graph, indices):
@@ -365,38 +390,30 @@ class EmbedLayerNormFusion(GraphTransformer):
     # ------------------------------------------------------------------------------------------ the two forms
     def _fuse_bert(self, graph: Graph, ln_add: Node, ln: Node) -> None:
         """``FuseSubGraph``: word + position + segment."""
-        found = find_path(graph, ln_add, True, [_e(0, 1, "Gather", _GATHER)])
-        _require(found is not None, "no segment Gather at the Add's input 1")
-        assert found is not None
-        seg_gather = found[0]
-        _require(check_output_edges(graph, seg_gather, 1), "the segment Gather has other consumers")
-        seg_embedding = seg_gather.inputs[0]
-        sg = graph.shape(seg_embedding)
-        hidden = _dim_value(sg[1]) if sg is not None and len(sg) == 2 else None
+        seg_gather, seg_embedding, hidden = _embedding_gather(graph, ln_add, 1, "segment")
         _require(hidden is not None and hidden > 0, "segment embedding not 2-D with a known hidden size")
         assert hidden is not None
-        found = find_path(graph, ln_add, True, [_e(0, 0, "Add", _ADD), _e(0, 0, "Gather", _GATHER)])
-        _require(found is not None, "no Add(Gather, ...) at the Add's input 0")
-        assert found is not None
-        add, word_gather = found
+        add, word_gather = _require_path(
+            graph,
+            ln_add,
+            [_e(0, 0, "Add", _ADD), _e(0, 0, "Gather", _GATHER)],
+            "no Add(Gather, ...) at the Add's input 0",
+        )
         _require(
             check_output_edges(graph, add, 1) and check_output_edges(graph, word_gather, 1),
             "the word Gather or its Add has other consumers",
         )
         word_embedding = word_gather.inputs[0]
-        wg = graph.shape(word_embedding)
-        _require(wg is not None and len(wg) == 2 and _dim_value(wg[1]) == hidden, "Word embedding shape not expected.")
+        _require(_table_width(graph, word_embedding) == hidden, "Word embedding shape not expected.")
         input_ids = word_gather.inputs[1]
         position_gather: Node | None = None
         position_embedding: str | None
         if is_constant(graph, add.inputs[1]):
             position_embedding = self._extract_embedding(graph, add.inputs[1], input_ids, hidden)
         else:
-            try:
-                position_gather, position_embedding = _match_position_embedding(graph, add, input_ids)
-            except _Refused as refused:
-                refused.reasons.append("Failed to match position embedding subgraph.")
-                raise
+            position_gather, position_embedding = _also(
+                _NO_POSITION, lambda: _match_position_embedding(graph, add, input_ids)
+            )
         _require(position_embedding is not None, "Failed to get position embedding weights.")
         assert position_embedding is not None
         self._check_common(graph, ln, position_embedding, input_ids, hidden)
@@ -412,22 +429,13 @@ class EmbedLayerNormFusion(GraphTransformer):
 
     def _fuse_distilbert(self, graph: Graph, ln_add: Node, ln: Node) -> None:
         """``FuseSubGraphDistilBert``: word + position, no segment."""
-        found = find_path(graph, ln_add, True, [_e(0, 0, "Gather", _GATHER)])
-        _require(found is not None, "no word Gather at the Add's input 0")
-        assert found is not None
-        word_gather = found[0]
-        _require(check_output_edges(graph, word_gather, 1), "the word Gather has other consumers")
-        word_embedding = word_gather.inputs[0]
-        wg = graph.shape(word_embedding)
-        hidden = _dim_value(wg[1]) if wg is not None and len(wg) == 2 else None
+        word_gather, word_embedding, hidden = _embedding_gather(graph, ln_add, 0, "word")
         _require(hidden is not None, "Word embedding shape not expected.")
         assert hidden is not None
         input_ids = word_gather.inputs[1]
-        try:
-            position_gather, position_embedding = _match_position_embedding(graph, ln_add, input_ids)
-        except _Refused as refused:
-            refused.reasons.append("Failed to match position embedding subgraph.")
-            raise
+        position_gather, position_embedding = _also(
+            _NO_POSITION, lambda: _match_position_embedding(graph, ln_add, input_ids)
+        )
         self._check_common(graph, ln, position_embedding, input_ids, hidden)
         self._check_gamma_beta(graph, ln, hidden)
         self._rewrite(graph, ln, input_ids, None, word_embedding, position_embedding, None, position_gather,
@@ -435,10 +443,7 @@ class EmbedLayerNormFusion(GraphTransformer):
 
     # ------------------------------------------------------------------------------------------------ checks
     def _check_common(self, graph: Graph, ln: Node, position_embedding: str, input_ids: str, hidden: int) -> None:
-        pg = graph.shape(position_embedding)
-        _require(
-            pg is not None and len(pg) == 2 and _dim_value(pg[1]) == hidden, "Position embedding shape is not expected."
-        )
+        _require(_table_width(graph, position_embedding) == hidden, "Position embedding shape is not expected.")
         _also("Input id is not valid. ", lambda: _check_input(graph, input_ids))
 
     def _check_gamma_beta(self, graph: Graph, ln: Node, hidden: int) -> None:
@@ -481,18 +486,8 @@ class EmbedLayerNormFusion(GraphTransformer):
         if graph.elem_type(name) == _TP.INT32:
             return name
         dims = (graph.shape(name, as_written=True) or [])[:2]
-        out = graph.generate_value_name(name + "_Int32")
-        graph.set_value_type(out, onnx.helper.make_tensor_type_proto(_TP.INT32, dims))
-        graph.add_node(
-            graph.generate_node_name(name + "_Cast"),
-            "Cast",
-            [name],
-            [out],
-            attributes={"to": onnx.helper.make_attribute("to", _TP.INT32)},
-            doc_string="Cast Input from int64 to int32",
-            ep=ln.ep,
-        )
-        return out
+        doc = "Cast Input from int64 to int32"
+        return add_cast(graph, name, _TP.INT32, dims, name + "_Int32", name + "_Cast", doc, ln.ep)
 
     def _rewrite(
         self,

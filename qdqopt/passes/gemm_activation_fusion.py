@@ -29,8 +29,7 @@ import onnx
 
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import fuse_with_activation, output_nodes
-from qdqopt.passes.qdq_util import produces_graph_output
+from qdqopt.passes.graph_utils import fusable_activation, fuse_with_activation
 
 __all__ = ["GemmActivationFusion", "is_fusable_activation"]
 
@@ -79,15 +78,12 @@ class GemmActivationFusion(GraphTransformer):
             or not _onnx_domain(gemm)
             or gemm.since_version not in _GEMM_VERSIONS
             or not self.node_is_compatible(gemm)
-            or len(graph.output_edges(gemm)) != 1
         ):
             return False
         if graph.elem_type(gemm.outputs[0]) != onnx.TensorProto.FLOAT:
             return False  # FusedGemm has a float kernel only
-        act = output_nodes(graph, gemm)[0]
-        if not is_fusable_activation(act) or act.ep != gemm.ep:
-            return False
-        if produces_graph_output(graph, gemm):
+        act = fusable_activation(graph, gemm, is_fusable_activation)
+        if act is None:
             return False
         fuse_with_activation(
             graph,

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import collections
 import copy
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +44,7 @@ from qdqopt.graph.stdhash import StdUnorderedMap
 
 __all__ = [
     "EdgeToMatch",
+    "add_cast",
     "append_tensor_from_initializer",
     "can_remove_node",
     "can_replace_node_with_initializer",
@@ -54,6 +55,7 @@ __all__ = [
     "find_path",
     "first_child_by_type",
     "first_parent_by_type",
+    "fusable_activation",
     "initializer_map_order",
     "input_edge_count",
     "input_node",
@@ -490,6 +492,18 @@ def finalize_nodes_fusion(graph: Graph, nodes: Sequence[Node], replacement: Node
     _move_outputs(graph, replacement, outputs)
 
 
+def fusable_activation(graph: Graph, node: Node, is_fusable: Callable[[Node], bool]) -> Node | None:
+    """The activation a ``node -> activation`` fusion (GemmActivationFusion, MatMulActivationFusion) takes: the
+    consumer of ``node``'s one output edge, if ``is_fusable`` (the pass's ``IsFusableActivation``) accepts it, it is
+    on ``node``'s EP and ``node`` produces no graph output; else None."""
+    if len(graph.output_edges(node)) != 1:
+        return None
+    act = output_nodes(graph, node)[0]
+    if not is_fusable(act) or act.ep != node.ep or node_produces_graph_output(graph, node):
+        return None
+    return act
+
+
 def fuse_with_activation(graph: Graph, node: Node, act: Node, *, name: str, op_type: str, doc_string: str) -> Node:
     """``node`` followed by activation ``act`` become one com.microsoft ``op_type`` (FusedGemm,
     FusedMatMulActivation): ``node``'s inputs, attributes (map order kept) and EP, ``act``'s outputs, an
@@ -530,3 +544,31 @@ def add_node_like(
         doc_string=doc_string,
         ep=ep,
     )
+
+
+def add_cast(
+    graph: Graph,
+    value: str,
+    to: int,
+    dims: Sequence[int | str | None],
+    output_base: str,
+    node_base: str,
+    doc_string: str,
+    ep: str,
+) -> str:
+    """A new Cast of ``value`` to element type ``to``, as the transformer fusions add one before a fused node's
+    input (``CastMaskToInt32``, EmbedLayerNormFusion's ``CastToInt32``, SkipLayerNormFusion's ``CastToFloat``):
+    the output ``GenerateNodeArgName(output_base)`` typed ``to`` with ``dims``, the node
+    ``GenerateNodeName(node_base)`` with attribute ``to`` on ``ep``. Returns the new value."""
+    out = graph.generate_value_name(output_base)
+    graph.set_value_type(out, onnx.helper.make_tensor_type_proto(to, list(dims)))
+    graph.add_node(
+        graph.generate_node_name(node_base),
+        "Cast",
+        [value],
+        [out],
+        attributes={"to": onnx.helper.make_attribute("to", to)},
+        doc_string=doc_string,
+        ep=ep,
+    )
+    return out

@@ -25,12 +25,7 @@ from __future__ import annotations
 
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import (
-    fuse_with_activation,
-    is_supported_op,
-    node_produces_graph_output,
-    output_nodes,
-)
+from qdqopt.passes.graph_utils import fusable_activation, fuse_with_activation, is_supported_op
 
 __all__ = ["MatMulActivationFusion"]
 
@@ -54,12 +49,8 @@ class MatMulActivationFusion(GraphTransformer):
     def _fuse(self, graph: Graph, matmul: Node) -> bool:
         if not is_supported_op(matmul, "FusedMatMul", (1,), MS_DOMAIN) or not self.node_is_compatible(matmul):
             return False
-        if len(graph.output_edges(matmul)) != 1:
-            return False
-        act = output_nodes(graph, matmul)[0]
-        if not is_fusable_activation(act) or act.ep != matmul.ep:
-            return False
-        if node_produces_graph_output(graph, matmul):
+        act = fusable_activation(graph, matmul, is_fusable_activation)
+        if act is None:
             return False
         fuse_with_activation(
             graph,

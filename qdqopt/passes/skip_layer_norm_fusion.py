@@ -29,6 +29,7 @@ from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
     EdgeToMatch,
+    add_cast,
     find_path,
     is_constant,
     is_supported_op,
@@ -39,13 +40,48 @@ __all__ = ["SkipLayerNormFusion"]
 
 _TP = onnx.TensorProto
 SUPPORTED_TYPES = (_TP.FLOAT16, _TP.FLOAT, _TP.BFLOAT16)
+#: ``contrib::kDefaultSkipLayerNormEpsilon``
 DEFAULT_EPSILON = 1e-12
+MS_DOMAIN = "com.microsoft"
 _ADD = (7, 13, 14)
 FORMATS: tuple[tuple[EdgeToMatch, ...], ...] = (
     (EdgeToMatch(0, 0, "Add", _ADD), EdgeToMatch(0, 0, "Add", _ADD)),
     (EdgeToMatch(0, 0, "Add", _ADD), EdgeToMatch(0, 1, "Add", _ADD)),
     (EdgeToMatch(0, 0, "Add", _ADD),),
 )
+
+
+def epsilon_attribute(node: Node) -> onnx.AttributeProto:
+    """The node's ``epsilon``, or SkipLayerNormalization's default 1e-12 when it has none."""
+    epsilon = node.attributes.get("epsilon")
+    return epsilon if epsilon is not None else onnx.helper.make_attribute("epsilon", DEFAULT_EPSILON)
+
+
+def replace_with_skip_layer_norm(
+    graph: Graph,
+    candidate: Node,
+    remove: list[Node],
+    inputs: list[str],
+    attributes: dict[str, onnx.AttributeProto],
+    doc_string: str,
+) -> None:
+    """The rewrite SkipLayerNormFusion and BiasSkipLayerNormFusion end with: ``remove`` goes (``candidate``, the
+    LayerNormalization or SkipLayerNormalization, among them), a com.microsoft SkipLayerNormalization
+    ``GenerateNodeName("SkipLayerNormalization")`` takes ``candidate``'s outputs and EP."""
+    outputs, ep = list(candidate.outputs), candidate.ep
+    for node in remove:
+        graph.remove_node(node)
+    fused = graph.add_node(
+        graph.generate_node_name("SkipLayerNormalization"),
+        "SkipLayerNormalization",
+        inputs,
+        outputs,
+        domain=MS_DOMAIN,
+        attributes=attributes,
+        doc_string=doc_string,
+        ep=ep,
+    )
+    emit_fused(candidate.name, "SkipLayerNormalization", fused.name, MS_DOMAIN)
 
 
 def _supported(graph: Graph, node: Node) -> bool:
@@ -119,25 +155,9 @@ class SkipLayerNormFusion(GraphTransformer):
             inputs.append(add2.inputs[1])
             remove.insert(0, add2)
         out_type = graph.elem_type(ln.outputs[0])
-        epsilon = ln.attributes.get("epsilon")
-        outputs = list(ln.outputs)
-        ep = ln.ep
-        inputs = [self._cast_to_float(graph, name, out_type, ep) for name in inputs]
-        for node in remove:
-            graph.remove_node(node)
-        attr = epsilon if epsilon is not None else onnx.helper.make_attribute("epsilon", DEFAULT_EPSILON)
-        candidate = ln.name
-        fused = graph.add_node(
-            graph.generate_node_name("SkipLayerNormalization"),
-            "SkipLayerNormalization",
-            inputs,
-            outputs,
-            domain="com.microsoft",
-            attributes={"epsilon": attr},
-            doc_string="fused SkipLayerNorm subgraphs ",
-            ep=ep,
-        )
-        emit_fused(candidate, "SkipLayerNormalization", fused.name, "com.microsoft")
+        inputs = [self._cast_to_float(graph, name, out_type, ln.ep) for name in inputs]
+        attributes = {"epsilon": epsilon_attribute(ln)}
+        replace_with_skip_layer_norm(graph, ln, remove, inputs, attributes, "fused SkipLayerNorm subgraphs ")
         return True
 
     def _cast_to_float(self, graph: Graph, name: str, out_type: int | None, ep: str) -> str:
@@ -148,15 +168,4 @@ class SkipLayerNormFusion(GraphTransformer):
         if elem is None or elem == out_type or out_type != _TP.FLOAT:
             return name
         dims = graph.shape(name, as_written=True) or []
-        cast_out = graph.generate_value_name(name + "_Float")
-        graph.set_value_type(cast_out, onnx.helper.make_tensor_type_proto(_TP.FLOAT, dims))
-        graph.add_node(
-            graph.generate_node_name(name + "_Cast"),
-            "Cast",
-            [name],
-            [cast_out],
-            attributes={"to": onnx.helper.make_attribute("to", _TP.FLOAT)},
-            doc_string="Cast Input to float",
-            ep=ep,
-        )
-        return cast_out
+        return add_cast(graph, name, _TP.FLOAT, dims, name + "_Float", name + "_Cast", "Cast Input to float", ep)
