@@ -63,7 +63,7 @@ then the Where, Expand, mask Reshape, Equal and the Shape of q.k.
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -72,13 +72,20 @@ from qdqopt.events import NoMatch, emit_fused, emit_no_match
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.attention_fusion_helper import (
     MaskNodes,
+    cast_mask_to_int32,
+    check_nodes_in_path_k,
+    check_nodes_in_path_q,
+    check_nodes_in_path_v,
     external_use_free,
     fuse_gpt_attention,
     int_value_is,
     match_input_mask,
-    reshape_constant,
+    replace_with_attention,
+    set_mask_nodes_to_remove,
+    shape_dim_path,
+    validate_add_bias_initializer,
+    validate_matmul_initializer,
 )
-from qdqopt.passes.attention_fusion_helper import perm_is as _perm_is
 from qdqopt.passes.attention_fusion_mobileclip import try_fuse_mobileclip_mha
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
@@ -87,7 +94,6 @@ from qdqopt.passes.graph_utils import (
     check_output_edges,
     find_path,
     input_node,
-    is_initializer,
     is_supported_op,
     output_edge_count,
     output_nodes,
@@ -110,33 +116,30 @@ _UNSQ = (1, 11, 13)
 _CONCAT = (4, 11, 13)
 _GATHER = (1, 11, 13)
 
-#: path v: from the Add after the LayerNormalization up to it
+
+def _head_path(transpose_slot: int, ln_versions: tuple[int, ...]) -> tuple[EdgeToMatch, ...]:
+    """q, k or v from its heads back to the LayerNormalization: Transpose (read at ``transpose_slot``) <- Reshape
+    <- Add <- MatMul <- LayerNormalization."""
+    return (
+        EdgeToMatch(0, transpose_slot, "Transpose", _TRANSPOSE),
+        EdgeToMatch(0, 0, "Reshape", _RESHAPE),
+        EdgeToMatch(0, 0, "Add", _ADD),
+        EdgeToMatch(0, 0, "MatMul", _MATMUL),
+        EdgeToMatch(0, 0, "LayerNormalization", ln_versions),
+    )
+
+
+#: path v: from the Add after the LayerNormalization up to it (the output projection, the qkv MatMul, then v)
 PARENT_PATH = (
     EdgeToMatch(0, 0, "Add", _ADD),
     EdgeToMatch(0, 0, "MatMul", _MATMUL),
     EdgeToMatch(0, 0, "Reshape", _RESHAPE),
     EdgeToMatch(0, 0, "Transpose", _TRANSPOSE),
     EdgeToMatch(0, 0, "MatMul", _MATMUL),
-    EdgeToMatch(0, 1, "Transpose", _TRANSPOSE),
-    EdgeToMatch(0, 0, "Reshape", _RESHAPE),
-    EdgeToMatch(0, 0, "Add", _ADD),
-    EdgeToMatch(0, 0, "MatMul", _MATMUL),
-    EdgeToMatch(0, 0, "LayerNormalization", _LN),
+    *_head_path(1, _LN),
 )
-Q_PATH = (
-    EdgeToMatch(0, 0, "Transpose", _TRANSPOSE),
-    EdgeToMatch(0, 0, "Reshape", _RESHAPE),
-    EdgeToMatch(0, 0, "Add", _ADD),
-    EdgeToMatch(0, 0, "MatMul", _MATMUL),
-    EdgeToMatch(0, 0, "LayerNormalization", (1,)),
-)
-K_PATH = (
-    EdgeToMatch(0, 1, "Transpose", _TRANSPOSE),
-    EdgeToMatch(0, 0, "Reshape", _RESHAPE),
-    EdgeToMatch(0, 0, "Add", _ADD),
-    EdgeToMatch(0, 0, "MatMul", _MATMUL),
-    EdgeToMatch(0, 0, "LayerNormalization", _LN),
-)
+Q_PATH = _head_path(0, (1,))
+K_PATH = _head_path(1, _LN)
 #: BERT: the mask Add's input 0 back to the q.k MatMul; DistilBERT: the Where's input 2 back to the q Div
 BERT_QK_PATH = (EdgeToMatch(0, 0, "Div", (7, 13)), EdgeToMatch(0, 0, "MatMul", (1, 9)))
 DISTIL_QK_PATH = (EdgeToMatch(0, 2, "MatMul", _MATMUL), EdgeToMatch(0, 0, "Div", (7, 13)))
@@ -153,21 +156,40 @@ DISTIL_MASK_PATH = (
 DISTIL_MASK_FILTER_VALUE = -10000.0
 
 
-def _validate_shape(graph: Graph, name: str, dims: list[int]) -> bool:
-    """``optimizer_utils::ValidateShape``: the NodeArg's shape is exactly ``dims`` (known values)."""
-    return graph.shape(name) == dims
+def _projection_ok(graph: Graph, add: Node, matmul: Node, hidden: int) -> bool:
+    """``ValidateAddBiasInitializer`` and ``ValidateMatMulInitializer``: a ``[W]`` bias, a ``[W, W]`` weight."""
+    return validate_add_bias_initializer(graph, add, hidden) and validate_matmul_initializer(graph, matmul, hidden)
 
 
-def _matmul_weight_ok(graph: Graph, matmul: Node, hidden: int) -> bool:
-    """``ValidateMatMulInitializer``: input 1 an initializer of shape ``[W, W]``."""
-    name = matmul.inputs[1]
-    return is_initializer(graph, name) and _validate_shape(graph, name, [hidden, hidden])
+#: ``FuseSubGraphQKImpl``'s words when the q or k path does not start at the LayerNormalization
+_ROOT_REASON = {"q": "q root should be layer normalization", "k": "k root is not layer norm"}
 
 
-def _bias_ok(graph: Graph, add: Node, hidden: int) -> bool:
-    """``ValidateAddBiasInitializer``: input 1 an initializer of shape ``[W]``."""
-    name = add.inputs[1]
-    return is_initializer(graph, name) and _validate_shape(graph, name, [hidden])
+def _match_head(
+    graph: Graph,
+    ln: Node,
+    start: Node,
+    which: str,
+    hidden: int,
+    check: Callable[[Node, Node], NoMatch | None],
+) -> list[Node] | NoMatch:
+    """Path q or k (``which``) from ``start`` back to ``ln`` (Transpose, Reshape, Add, MatMul, the
+    LayerNormalization), its ``CheckNodesInPathQ`` / ``CheckNodesInPathK`` (``check(reshape, transpose)``), then
+    its projection: 1.32's external-use check, a ``[W]`` bias and a ``[W, W]`` weight."""
+    found = find_path(graph, start, True, Q_PATH if which == "q" else K_PATH)
+    if found is None:
+        return NoMatch(f"Failed to find path for {which}", (start.name,))
+    transpose, reshape, add, matmul, root = found
+    if root.index != ln.index:
+        return NoMatch(_ROOT_REASON[which], (root.name,))
+    checked = check(reshape, transpose)
+    if checked is not None:
+        return checked
+    if not external_use_free(graph, add, matmul):
+        return NoMatch(f"{which} projection has an external use", (add.name, matmul.name))
+    if not _projection_ok(graph, add, matmul, hidden):
+        return NoMatch(f"{which}_matmul and {which}_add shape not matched", (matmul.name, add.name))
+    return found
 
 
 class AttentionFusion(GraphTransformer):
@@ -226,16 +248,11 @@ class AttentionFusion(GraphTransformer):
             return NoMatch("the v path does not start at this LayerNormalization", (v_root.name,))
         if not check_output_edges(graph, v_add, 1) or not check_output_edges(graph, v_matmul, 1):
             return NoMatch("Output edge count not expected for Add or MatMul in path v", (v_add.name, v_matmul.name))
-        checked = self._check_path_v(graph, reshape, transpose, qkv_matmul, v_transpose, v_reshape, hidden)
+        checked = check_nodes_in_path_v(graph, reshape, transpose, qkv_matmul, v_transpose, v_reshape, hidden, 0)
         if isinstance(checked, NoMatch):
             return checked
         num_heads, head_size, record_unsqueeze = checked
-        if not (
-            _bias_ok(graph, add, hidden)
-            and _matmul_weight_ok(graph, matmul, hidden)
-            and _bias_ok(graph, v_add, hidden)
-            and _matmul_weight_ok(graph, v_matmul, hidden)
-        ):
+        if not (_projection_ok(graph, add, matmul, hidden) and _projection_ok(graph, v_add, v_matmul, hidden)):
             return NoMatch("Failed in match v_matmul and v_add input shape", (matmul.name, v_matmul.name))
         parent_nodes = [reshape, transpose, qkv_matmul, v_transpose, v_reshape, v_add, v_matmul]
         mask = match_input_mask(graph, qkv_matmul)
@@ -266,63 +283,6 @@ class AttentionFusion(GraphTransformer):
             distil,
         )
 
-    def _check_path_v(
-        self,
-        graph: Graph,
-        reshape: Node,
-        transpose: Node,
-        qkv_matmul: Node,
-        v_transpose: Node,
-        v_reshape: Node,
-        hidden: int,
-    ) -> tuple[int, int, int | None] | NoMatch:
-        """``CheckNodesInPathV``: (num_heads, head_size, the DistilBERT Unsqueeze's index or None)."""
-        if not all(check_output_edges(graph, n, 1) for n in (transpose, qkv_matmul, v_transpose, v_reshape)):
-            return NoMatch("Output edge count not expected for nodes in path v")
-        if not _perm_is(transpose, (0, 2, 1, 3)):
-            return NoMatch("Failed in match Transpose attribute perm. Expected: 0, 2, 1, 3", (transpose.name,))
-        if not _perm_is(v_transpose, (0, 2, 1, 3)):
-            return NoMatch("Failed in match v_transpose attribute perm. Expected: 0, 2, 1, 3", (v_transpose.name,))
-        v_shape = reshape_constant(graph, v_reshape)
-        if (
-            v_shape is None
-            or len(v_shape) != 4
-            or v_shape[0] != 0
-            or v_shape[1] not in (0, -1)
-            or v_shape[2] <= 0
-            or v_shape[2] > hidden
-            or v_shape[2] * v_shape[3] != hidden
-        ):
-            return NoMatch("v_reshape initializer value is not expected", (v_reshape.name,))
-        num_heads, head_size = v_shape[2], v_shape[3]
-        out_shape = reshape_constant(graph, reshape)
-        if out_shape is None:
-            record = self._distil_reshape_shape(graph, reshape, hidden)
-            if record is None:
-                return NoMatch("reshape initializer value is not expected", (reshape.name,))
-            return num_heads, head_size, record
-        if len(out_shape) != 3 or out_shape[0] != 0 or out_shape[1] != 0 or out_shape[2] not in (hidden, -1):
-            return NoMatch("reshape initializer value is not expected", (reshape.name,))
-        return num_heads, head_size, None
-
-    def _distil_reshape_shape(self, graph: Graph, reshape: Node, hidden: int) -> int | None:
-        """``CheckDistilBertReshapeShape``: the index of the Unsqueeze the Concat reads first, or None."""
-        concat = input_node(graph, reshape, 1)
-        if concat is None or concat.op_type != "Concat" or len(concat.inputs) != 3:
-            return None
-        path = find_path(
-            graph, reshape, True, (EdgeToMatch(0, 1, "Concat", _CONCAT), EdgeToMatch(0, 0, "Unsqueeze", _UNSQ))
-        )
-        if path is None:
-            return None
-        minus1: list[int] = []
-        width: list[int] = []
-        if not append_tensor_from_initializer(graph, concat.inputs[1], minus1) or minus1 != [-1]:
-            return None
-        if not append_tensor_from_initializer(graph, concat.inputs[2], width) or width != [hidden]:
-            return None
-        return path[1].index
-
     def _match_distil_mask(
         self, graph: Graph, ln: Node, qkv_matmul: Node, record_unsqueeze: int | None
     ) -> MaskNodes | NoMatch:
@@ -348,32 +308,13 @@ class AttentionFusion(GraphTransformer):
             return NoMatch("the Where's input 2 is not the MatMul the Expand's Shape reads", (where.name,))
         if not is_initializer_with_expected_value(graph, equal.inputs[1], 0.0, is_constant=True):
             return NoMatch("equal const not matched.", (equal.name,))
-        path1 = find_path(
-            graph,
-            reshape,
-            True,
-            (
-                EdgeToMatch(0, 1, "Concat", _CONCAT),
-                EdgeToMatch(0, 0, "Unsqueeze", _UNSQ),
-                EdgeToMatch(0, 0, "Gather", _GATHER),
-                EdgeToMatch(0, 0, "Shape", _SHAPE),
-            ),
-        )
+        path1 = find_path(graph, reshape, True, (EdgeToMatch(0, 1, "Concat", _CONCAT), *shape_dim_path(0)))
         if path1 is None:
             return NoMatch("Failed to find reshape shape path 1", (reshape.name,))
         concat, unsq1, gather1, shape1 = path1
         if unsq1.index != record_unsqueeze:
             return NoMatch("the mask Concat's Unsqueeze is not the output Reshape's", (unsq1.name,))
-        path2 = find_path(
-            graph,
-            concat,
-            True,
-            (
-                EdgeToMatch(0, 3, "Unsqueeze", _UNSQ),
-                EdgeToMatch(0, 0, "Gather", _GATHER),
-                EdgeToMatch(0, 0, "Shape", _SHAPE),
-            ),
-        )
+        path2 = find_path(graph, concat, True, shape_dim_path(3))
         if path2 is None:
             return NoMatch("Failed to find reshape shape path 2", (concat.name,))
         _, gather2, shape2 = path2
@@ -413,42 +354,28 @@ class AttentionFusion(GraphTransformer):
         distil: bool,
     ) -> str | NoMatch:
         """``FuseSubGraphQKImpl`` and the rewrite."""
-        q = find_path(graph, q_start, True, Q_PATH)
-        if q is None:
-            return NoMatch("Failed to find path for q", (q_start.name,))
-        q_transpose, q_reshape, q_add, q_matmul, q_root = q
-        if q_root.index != ln.index:
-            return NoMatch("q root should be layer normalization", (q_root.name,))
-        if not external_use_free(graph, q_reshape, q_transpose):
-            return NoMatch("q path has an external use", (q_reshape.name, q_transpose.name))
-        checked = self._check_qk_reshape(graph, q_reshape, num_heads, head_size, "q_reshape const not matched")
-        if checked is not None:
-            return checked
-        if not is_initializer_with_expected_value(graph, qk_div.inputs[1], math.sqrt(head_size), is_constant=False):
-            return NoMatch("qk_div const not matched.", (qk_div.name,))
-        if not _perm_is(q_transpose, (0, 2, 1, 3)):
-            return NoMatch("q_transpose perm attribute not matched", (q_transpose.name,))
-        if not external_use_free(graph, q_add, q_matmul):
-            return NoMatch("q projection has an external use", (q_add.name, q_matmul.name))
-        if not (_bias_ok(graph, q_add, hidden) and _matmul_weight_ok(graph, q_matmul, hidden)):
-            return NoMatch("q_matmul and q_add shape not matched", (q_matmul.name, q_add.name))
-        k = find_path(graph, qk_matmul, True, K_PATH)
-        if k is None:
-            return NoMatch("Failed to find path for k", (qk_matmul.name,))
-        k_transpose, k_reshape, k_add, k_matmul, k_root = k
-        if k_root.index != ln.index:
-            return NoMatch("k root is not layer norm", (k_root.name,))
-        if not external_use_free(graph, k_reshape, k_transpose):
-            return NoMatch("k path has an external use", (k_reshape.name, k_transpose.name))
-        if not _perm_is(k_transpose, (0, 2, 3, 1)):
-            return NoMatch("k_transpose perm attribute not matched", (k_transpose.name,))
-        checked = self._check_qk_reshape(graph, k_reshape, num_heads, head_size, "k_reshape const not matched")
-        if checked is not None:
-            return checked
-        if not external_use_free(graph, k_add, k_matmul):
-            return NoMatch("k projection has an external use", (k_add.name, k_matmul.name))
-        if not (_bias_ok(graph, k_add, hidden) and _matmul_weight_ok(graph, k_matmul, hidden)):
-            return NoMatch("k_matmul and k_add shape not matched", (k_matmul.name, k_add.name))
+        q = _match_head(
+            graph,
+            ln,
+            q_start,
+            "q",
+            hidden,
+            lambda reshape, transpose: check_nodes_in_path_q(graph, qk_div, reshape, transpose, num_heads, head_size),
+        )
+        if isinstance(q, NoMatch):
+            return q
+        q_transpose, q_reshape, q_add, q_matmul, _ = q
+        k = _match_head(
+            graph,
+            ln,
+            qk_matmul,
+            "k",
+            hidden,
+            lambda reshape, transpose: check_nodes_in_path_k(graph, reshape, transpose, num_heads, head_size),
+        )
+        if isinstance(k, NoMatch):
+            return k
+        k_transpose, k_reshape, k_add, k_matmul, _ = k
         v_add, v_matmul = parent_nodes[5], parent_nodes[6]
         weights = self._load_qkv(graph, (q_matmul, k_matmul, v_matmul))
         if weights is None:
@@ -476,41 +403,14 @@ class AttentionFusion(GraphTransformer):
             remove_nodes_with_one_output_bottom_up(graph, concat_2)
             remove += mask.remove_always
         else:
-            remove += mask.remove_always
-            if mask.mul is not None and check_output_edges(graph, mask.mul, 1):
-                remove += mask.shared
-        for node in remove:
-            if graph.node(node.index) is not None:
-                graph.remove_node(node)
-        graph.add_node(
-            name,
-            "Attention",
-            [ln.outputs[0], qkv_weights, qkv_bias, mask_arg],
-            [output],
-            domain=MS_DOMAIN,
-            attributes={
-                "num_heads": onnx.helper.make_attribute("num_heads", num_heads),
-                "mask_filter_value": onnx.helper.make_attribute("mask_filter_value", mask.mask_filter_value),
-            },
-            doc_string="Fused Attention subgraphs ",
-            ep=ln.ep,
-        )
+            remove += set_mask_nodes_to_remove(graph, mask)
+        attributes = {
+            "num_heads": onnx.helper.make_attribute("num_heads", num_heads),
+            "mask_filter_value": onnx.helper.make_attribute("mask_filter_value", mask.mask_filter_value),
+        }
+        inputs = [ln.outputs[0], qkv_weights, qkv_bias, mask_arg]
+        replace_with_attention(graph, remove, name, inputs, [output], attributes, ln.ep)
         return name
-
-    @staticmethod
-    def _check_qk_reshape(graph: Graph, reshape: Node, num_heads: int, head_size: int, reason: str) -> NoMatch | None:
-        """``CheckNodesInPathQ`` / ``CheckNodesInPathK``: the Reshape constant is ``(0, 0 or -1, N, H)``."""
-        shape = reshape_constant(graph, reshape)
-        if (
-            shape is None
-            or len(shape) != 4
-            or shape[0] != 0
-            or shape[1] not in (0, -1)
-            or shape[2] != num_heads
-            or shape[3] != head_size
-        ):
-            return NoMatch(reason, (reshape.name,))
-        return None
 
     @staticmethod
     def _load_qkv(graph: Graph, nodes: tuple[Node, Node, Node]) -> list[np.ndarray] | None:
@@ -544,22 +444,7 @@ class AttentionFusion(GraphTransformer):
             return cache[mask]
         shape = graph.shape(mask, as_written=True)
         elem = graph.elem_type(mask)
-        if shape is None or len(shape) != 2 or elem is None:
+        if shape is None or len(shape) != 2 or elem not in (_TP.INT64, _TP.INT32, _TP.FLOAT):
             return None
-        if elem not in (_TP.INT64, _TP.INT32, _TP.FLOAT):
-            return None
-        out = mask
-        if elem != _TP.INT32:
-            out = graph.generate_value_name("Mask_Int32")
-            graph.set_value_type(out, onnx.helper.make_tensor_type_proto(_TP.INT32, list(shape)))
-            graph.add_node(
-                graph.generate_node_name("MaskCast"),
-                "Cast",
-                [mask],
-                [out],
-                attributes={"to": onnx.helper.make_attribute("to", _TP.INT32)},
-                doc_string="Cast mask from int64 to int32",
-                ep=ep,
-            )
-        cache[mask] = out
-        return out
+        cache[mask] = mask if elem == _TP.INT32 else cast_mask_to_int32(graph, mask, ep)
+        return cache[mask]

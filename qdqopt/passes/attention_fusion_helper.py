@@ -57,6 +57,7 @@ first Gemm subgraph, the unidirectional mask, past and the input mask's nodes as
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,6 +67,7 @@ from qdqopt.events import NoMatch
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.graph_utils import (
     EdgeToMatch,
+    add_cast,
     append_tensor_from_initializer,
     check_output_edges,
     constant_initializer,
@@ -107,6 +109,71 @@ MASK_FORMAT_1 = (
     EdgeToMatch(0, 0, "Unsqueeze", (1, 11)),
 )
 MASK_FORMAT_2 = (EdgeToMatch(0, 1, "Unsqueeze", (1, 11)), EdgeToMatch(0, 0, "Unsqueeze", (1, 11)))
+#: DistilBERT: the output Reshape's shape input back to the Unsqueeze its Concat reads first
+_DISTIL_OUTPUT_SHAPE_PATH = (EdgeToMatch(0, 1, "Concat", _CONCAT), EdgeToMatch(0, 0, "Unsqueeze", _UNSQ))
+#: GPT-2's Gemm subgraph, from the first Reshape's Gemm back to the Shape of the subgraph's input (after the
+#: subgraph's last Reshape, :func:`_match_gemm`)
+_GEMM_PATH = (
+    EdgeToMatch(0, 0, "Gemm", (9, 11, 13)),
+    EdgeToMatch(0, 0, "Reshape", _RESHAPE),
+    EdgeToMatch(0, 1, "Concat", _CONCAT),
+    EdgeToMatch(0, 1, "Unsqueeze", _UNSQ),
+    EdgeToMatch(0, 0, "Squeeze", _SQUEEZE),
+    EdgeToMatch(0, 0, "Slice", (1, 10, 11, 13)),
+    EdgeToMatch(0, 0, "Shape", _SHAPE),
+)
+#: the unidirectional mask, from the Where back to the Shape of the Div's output
+_UNIDIR_PATH_1 = (
+    EdgeToMatch(0, 0, "Cast", (9, 13)),
+    EdgeToMatch(0, 0, "Slice", _SLICE),
+    EdgeToMatch(0, 0, "Slice", _SLICE),
+    EdgeToMatch(0, 1, "Unsqueeze", (9, 11, 13)),
+    EdgeToMatch(0, 0, "Sub", (7, 13)),
+    EdgeToMatch(0, 0, "Squeeze", _SQUEEZE),
+    EdgeToMatch(0, 0, "Slice", _SLICE),
+    EdgeToMatch(0, 0, "Shape", _SHAPE),
+)
+_UNIDIR_ENDS_PATH = (EdgeToMatch(0, 2, "Unsqueeze", (9, 11, 13)), EdgeToMatch(0, 0, "Squeeze", _SQUEEZE))
+_UNIDIR_PATH_4 = (
+    EdgeToMatch(0, 1, "Squeeze", _SQUEEZE),
+    EdgeToMatch(0, 0, "Slice", _SLICE),
+    EdgeToMatch(0, 0, "Shape", _SHAPE),
+)
+_PAST_K_PATH = (EdgeToMatch(0, 0, "Transpose", _TRANSPOSE), EdgeToMatch(0, 0, "Gather", _GATHER))
+_PRESENT_K_PATH = (
+    EdgeToMatch(0, 0, "Transpose", _TRANSPOSE),
+    EdgeToMatch(0, 0, "Unsqueeze", _UNSQ),
+    EdgeToMatch(0, 0, "Concat", _CONCAT),
+)
+_PRESENT_V_PATH = (
+    EdgeToMatch(0, 1, "Unsqueeze", _UNSQ),
+    EdgeToMatch(0, 0, "Concat", _CONCAT),
+    EdgeToMatch(0, 0, "Gather", _GATHER),
+)
+#: GPT-2: from the output projection's input back to the qkv MatMul
+_QKV_MATMUL_PATH = (
+    EdgeToMatch(0, 0, "Reshape", _RESHAPE),
+    EdgeToMatch(0, 0, "Transpose", _TRANSPOSE),
+    EdgeToMatch(0, 0, "MatMul", (1, 9)),
+)
+
+
+def shape_dim_path(dst_slot: int) -> tuple[EdgeToMatch, ...]:
+    """One dim of a value's shape as a 1-D tensor, read at input ``dst_slot``: Unsqueeze <- Gather <- Shape."""
+    return (
+        EdgeToMatch(0, dst_slot, "Unsqueeze", _UNSQ),
+        EdgeToMatch(0, 0, "Gather", _GATHER),
+        EdgeToMatch(0, 0, "Shape", _SHAPE),
+    )
+
+
+def _split_path(first_slot: int, split_output: int) -> tuple[EdgeToMatch, ...]:
+    """GPT-2: Transpose (read at ``first_slot``) <- Reshape <- output ``split_output`` of the Split."""
+    return (
+        EdgeToMatch(0, first_slot, "Transpose", _TRANSPOSE),
+        EdgeToMatch(0, 0, "Reshape", _RESHAPE),
+        EdgeToMatch(split_output, 0, "Split", _SPLIT),
+    )
 
 
 @dataclass
@@ -160,6 +227,178 @@ def float_scalar(graph: Graph, name: str) -> float | None:
 def reshape_constant(graph: Graph, node: Node) -> list[int] | None:
     data: list[int] = []
     return data if append_tensor_from_initializer(graph, node.inputs[1], data) else None
+
+
+def validate_shape(graph: Graph, name: str, dims: list[int]) -> bool:
+    """``optimizer_utils::ValidateShape``: the NodeArg's shape is exactly ``dims`` (known values)."""
+    return graph.shape(name) == dims
+
+
+def validate_matmul_initializer(graph: Graph, matmul: Node, hidden: int) -> bool:
+    """``ValidateMatMulInitializer``: input 1 an initializer of shape ``[W, W]``."""
+    name = matmul.inputs[1]
+    return is_initializer(graph, name) and validate_shape(graph, name, [hidden, hidden])
+
+
+def validate_add_bias_initializer(graph: Graph, add: Node, hidden: int) -> bool:
+    """``ValidateAddBiasInitializer``: input 1 an initializer of shape ``[W]``."""
+    name = add.inputs[1]
+    return is_initializer(graph, name) and validate_shape(graph, name, [hidden])
+
+
+def check_distil_bert_reshape_shape(graph: Graph, reshape: Node, hidden: int) -> int | None:
+    """``CheckDistilBertReshapeShape``: the index of the Unsqueeze the output Reshape's Concat reads first, or None
+    when its shape is not ``Concat(Unsqueeze, [-1], [W])``."""
+    concat = input_node(graph, reshape, 1)
+    if concat is None or concat.op_type != "Concat" or len(concat.inputs) != 3:
+        return None
+    path = find_path(graph, reshape, True, _DISTIL_OUTPUT_SHAPE_PATH)
+    if path is None:
+        return None
+    minus1: list[int] = []
+    width: list[int] = []
+    if not append_tensor_from_initializer(graph, concat.inputs[1], minus1) or minus1 != [-1]:
+        return None
+    if not append_tensor_from_initializer(graph, concat.inputs[2], width) or width != [hidden]:
+        return None
+    return path[1].index
+
+
+def check_nodes_in_path_v(
+    graph: Graph,
+    reshape: Node,
+    transpose: Node,
+    qkv_matmul: Node,
+    v_transpose: Node,
+    v_reshape: Node,
+    hidden: int,
+    head_size: int,
+) -> tuple[int, int, int | None] | NoMatch:
+    """``CheckNodesInPathV``: (num_heads, head_size, the DistilBERT Unsqueeze's index or None).
+
+    ``head_size`` 0 (BERT): the v Reshape is ``(0, 0 or -1, N, H)`` with ``N * H == W``; -1 (GPT-2): ``(0, 0 or
+    -1, N, -1)``; ``0 < N <= W`` either way. The output Reshape is ``(0, 0, N * H or -1)`` or, without a constant
+    shape, DistilBERT's Concat (``CheckDistilBertReshapeShape``)."""
+    if not all(check_output_edges(graph, n, 1) for n in (transpose, qkv_matmul, v_transpose, v_reshape)):
+        return NoMatch("Output edge count not expected for nodes in path v")
+    if not perm_is(transpose, (0, 2, 1, 3)):
+        return NoMatch("Failed in match Transpose attribute perm. Expected: 0, 2, 1, 3", (transpose.name,))
+    if not perm_is(v_transpose, (0, 2, 1, 3)):
+        return NoMatch("Failed in match v_transpose attribute perm. Expected: 0, 2, 1, 3", (v_transpose.name,))
+    v_shape = reshape_constant(graph, v_reshape)
+    if (
+        v_shape is None
+        or len(v_shape) != 4
+        or v_shape[0] != 0
+        or v_shape[1] not in (0, -1)
+        or not 0 < v_shape[2] <= hidden
+        or (head_size < 0 and v_shape[3] != -1)
+        or (head_size == 0 and v_shape[2] * v_shape[3] != hidden)
+    ):
+        return NoMatch("v_reshape initializer value is not expected", (v_reshape.name,))
+    num_heads, head_size = v_shape[2], v_shape[3]
+    out_shape = reshape_constant(graph, reshape)
+    if out_shape is None:
+        record = check_distil_bert_reshape_shape(graph, reshape, hidden)
+        if record is None:
+            return NoMatch("reshape initializer value is not expected", (reshape.name,))
+        return num_heads, head_size, record
+    if len(out_shape) != 3 or out_shape[0] != 0 or out_shape[1] != 0 or out_shape[2] not in (num_heads * head_size, -1):
+        return NoMatch("reshape initializer value is not expected", (reshape.name,))
+    return num_heads, head_size, None
+
+
+def _heads_reshape_ok(graph: Graph, reshape: Node, num_heads: int, head_size: int) -> bool:
+    """The q or k Reshape's constant is ``(0, 0 or -1, N, H)``."""
+    shape = reshape_constant(graph, reshape)
+    return (
+        shape is not None
+        and len(shape) == 4
+        and shape[0] == 0
+        and shape[1] in (0, -1)
+        and shape[2] == num_heads
+        and shape[3] == head_size
+    )
+
+
+def check_nodes_in_path_q(
+    graph: Graph, qk_div: Node, q_reshape: Node, q_transpose: Node, num_heads: int, head_size: int
+) -> NoMatch | None:
+    """``CheckNodesInPathQ`` after 1.32's external-use check: the q Reshape ``(0, 0 or -1, N, H)``, the Div's
+    divisor a scalar initializer of value ``sqrt(H)`` (``sqrt(-1)``, NaN, for GPT-2: any value), the q Transpose
+    (0, 2, 1, 3)."""
+    if not external_use_free(graph, q_reshape, q_transpose):
+        return NoMatch("q path has an external use", (q_reshape.name, q_transpose.name))
+    if not _heads_reshape_ok(graph, q_reshape, num_heads, head_size):
+        return NoMatch("q_reshape const not matched", (q_reshape.name,))
+    divisor = math.sqrt(head_size) if head_size >= 0 else math.nan
+    if not is_initializer_with_expected_value(graph, qk_div.inputs[1], divisor, is_constant=False):
+        return NoMatch("qk_div const not matched.", (qk_div.name,))
+    if not perm_is(q_transpose, (0, 2, 1, 3)):
+        return NoMatch("q_transpose perm attribute not matched", (q_transpose.name,))
+    return None
+
+
+def check_nodes_in_path_k(
+    graph: Graph,
+    k_reshape: Node,
+    k_transpose: Node,
+    num_heads: int,
+    head_size: int,
+    perm: tuple[int, ...] = (0, 2, 3, 1),
+) -> NoMatch | None:
+    """``CheckNodesInPathK`` after 1.32's external-use check: the k Transpose ``perm`` (GPT-2's transpose
+    optimized pattern: (0, 2, 1, 3)), the k Reshape ``(0, 0 or -1, N, H)``."""
+    if not external_use_free(graph, k_reshape, k_transpose):
+        return NoMatch("k path has an external use", (k_reshape.name, k_transpose.name))
+    if not perm_is(k_transpose, perm):
+        return NoMatch("k_transpose perm attribute not matched", (k_transpose.name,))
+    if not _heads_reshape_ok(graph, k_reshape, num_heads, head_size):
+        return NoMatch("k_reshape const not matched", (k_reshape.name,))
+    return None
+
+
+def cast_mask_to_int32(graph: Graph, mask: str, ep: str) -> str:
+    """``CastMaskToInt32``: a new Cast of the mask to int32, typed with the mask's two dims (unknown ones when it
+    does not have two)."""
+    shape = graph.shape(mask, as_written=True)
+    dims: list[int | str | None] = list(shape) if shape is not None and len(shape) == 2 else [None, None]
+    return add_cast(graph, mask, _TP.INT32, dims, "Mask_Int32", "MaskCast", "Cast mask from int64 to int32", ep)
+
+
+def set_mask_nodes_to_remove(graph: Graph, mask: MaskNodes) -> list[Node]:
+    """``SetMaskNodesToRemove``: the mask nodes every fusion removes, and the shared ones (Mul, Sub, Cast,
+    Unsqueezes) once the Mul has no other consumer left."""
+    remove = list(mask.remove_always)
+    if mask.mul is not None and check_output_edges(graph, mask.mul, 1):
+        remove += mask.shared
+    return remove
+
+
+def replace_with_attention(
+    graph: Graph,
+    remove: list[Node],
+    name: str,
+    inputs: list[str],
+    outputs: list[str],
+    attributes: dict[str, onnx.AttributeProto],
+    ep: str,
+) -> None:
+    """The rewrite both forms end with: the matched nodes go (each once), the com.microsoft Attention ``name``
+    (doc string "Fused Attention subgraphs ") comes, on ``ep``."""
+    for node in remove:
+        if graph.node(node.index) is not None:
+            graph.remove_node(node)
+    graph.add_node(
+        name,
+        "Attention",
+        inputs,
+        outputs,
+        domain=MS_DOMAIN,
+        attributes=attributes,
+        doc_string="Fused Attention subgraphs ",
+        ep=ep,
+    )
 
 
 def match_input_mask(graph: Graph, qkv_matmul: Node, *, optional: bool = False) -> MaskNodes | NoMatch:
@@ -235,21 +474,7 @@ def _slice_parameters(graph: Graph, node: Node, slots: tuple[int, ...], values: 
 
 def _match_gemm(graph: Graph, after: Node, slot: int, shared: bool) -> _Gemm | NoMatch:
     """``MatchGemmSubgraph``: the Gemm subgraph feeding input ``slot`` of ``after``."""
-    path = find_path(
-        graph,
-        after,
-        True,
-        (
-            EdgeToMatch(0, slot, "Reshape", _RESHAPE),
-            EdgeToMatch(0, 0, "Gemm", (9, 11, 13)),
-            EdgeToMatch(0, 0, "Reshape", _RESHAPE),
-            EdgeToMatch(0, 1, "Concat", _CONCAT),
-            EdgeToMatch(0, 1, "Unsqueeze", _UNSQ),
-            EdgeToMatch(0, 0, "Squeeze", _SQUEEZE),
-            EdgeToMatch(0, 0, "Slice", (1, 10, 11, 13)),
-            EdgeToMatch(0, 0, "Shape", _SHAPE),
-        ),
-    )
+    path = find_path(graph, after, True, (EdgeToMatch(0, slot, "Reshape", _RESHAPE), *_GEMM_PATH))
     if path is None:
         return NoMatch("Faild to match gemm path", (after.name,))
     reshape_after, gemm, reshape_before, concat, unsqueeze, squeeze, slice_, shape = path
@@ -282,16 +507,7 @@ def _match_gemm(graph: Graph, after: Node, slot: int, shared: bool) -> _Gemm | N
         return NoMatch("concat_after_gather input 2 does not have expected value", (concat_after.name,))
     nodes: list[Node] = []
     for i in (0, 1):
-        gather_path = find_path(
-            graph,
-            concat_after,
-            True,
-            (
-                EdgeToMatch(0, i, "Unsqueeze", _UNSQ),
-                EdgeToMatch(0, 0, "Gather", _GATHER),
-                EdgeToMatch(0, 0, "Shape", _SHAPE),
-            ),
-        )
+        gather_path = find_path(graph, concat_after, True, shape_dim_path(i))
         if gather_path is None:
             return NoMatch("Faild to match gemm gather path", (concat_after.name,))
         unsq, gather, gather_shape = gather_path
@@ -332,6 +548,17 @@ def _validate_gemm(graph: Graph, gemm: Node, hidden: int, before_split: bool) ->
     if graph.shape(weights) != [hidden, length]:
         return NoMatch("Gemm weight shape is not expected", (gemm.name,))
     return None
+
+
+def _match_valid_gemm(
+    graph: Graph, after: Node, slot: int, shared: bool, hidden: int, before_split: bool
+) -> _Gemm | NoMatch:
+    """``MatchGemmSubgraph`` then ``ValidateGemmInitializer``, as ``FuseGptAttention`` asks both of each subgraph."""
+    found = _match_gemm(graph, after, slot, shared)
+    if isinstance(found, NoMatch):
+        return found
+    invalid = _validate_gemm(graph, found.gemm, hidden, before_split)
+    return invalid if invalid is not None else found
 
 
 @dataclass
@@ -377,21 +604,7 @@ def _match_unidir(graph: Graph, start: Node, shared: bool) -> _Unidir | NoMatch:
     fill = float_scalar(graph, where.inputs[2]) if constant_initializer(graph, where.inputs[2]) is not None else None
     if fill is None:
         return NoMatch("the Where's input 2 is not a float scalar constant", (where.name,))
-    path1 = find_path(
-        graph,
-        where,
-        True,
-        (
-            EdgeToMatch(0, 0, "Cast", (9, 13)),
-            EdgeToMatch(0, 0, "Slice", _SLICE),
-            EdgeToMatch(0, 0, "Slice", _SLICE),
-            EdgeToMatch(0, 1, "Unsqueeze", (9, 11, 13)),
-            EdgeToMatch(0, 0, "Sub", (7, 13)),
-            EdgeToMatch(0, 0, "Squeeze", _SQUEEZE),
-            EdgeToMatch(0, 0, "Slice", _SLICE),
-            EdgeToMatch(0, 0, "Shape", _SHAPE),
-        ),
-    )
+    path1 = find_path(graph, where, True, _UNIDIR_PATH_1)
     if path1 is None:
         return NoMatch("Faild to match path 1 for unidirectional mask", (where.name,))
     cast, last_slice, mask_slice, unsqueeze1, sub, squeeze1, slice1, shape1 = path1
@@ -419,29 +632,17 @@ def _match_unidir(graph: Graph, start: Node, shared: bool) -> _Unidir | NoMatch:
         return NoMatch("ValidateUnidirMask returns false for mask_slice", (mask_slice.name,), (kind.reason,))
     if not _slice_parameters(graph, slice1, (1, 2, 3), (-1, INT_MAX, 0)):
         return NoMatch("CheckSliceParameters returns false for slice1", (slice1.name,))
-    ends_path = (EdgeToMatch(0, 2, "Unsqueeze", (9, 11, 13)), EdgeToMatch(0, 0, "Squeeze", _SQUEEZE))
-    found = find_path(graph, last_slice, True, ends_path)
-    if found is None or found[1].index != squeeze1.index:
-        return NoMatch("Faild to match path 2 for unidirectional mask", (last_slice.name,))
-    unsqueeze2 = found[0]
-    if not check_output_edges(graph, unsqueeze2, 2 if shared else 1):
-        return NoMatch("Output edge count not expected for unsqueeze2 of unidirectional mask", (unsqueeze2.name,))
-    found = find_path(graph, mask_slice, True, ends_path)
-    if found is None or found[1].index != squeeze1.index:
-        return NoMatch("Faild to match path 3 for unidirectional mask", (mask_slice.name,))
-    unsqueeze3 = found[0]
-    if not check_output_edges(graph, unsqueeze3, 2 if shared else 1):
-        return NoMatch("Output edge count not expected for unsqueeze3 of unidirectional mask", (unsqueeze3.name,))
-    path4 = find_path(
-        graph,
-        sub,
-        True,
-        (
-            EdgeToMatch(0, 1, "Squeeze", _SQUEEZE),
-            EdgeToMatch(0, 0, "Slice", _SLICE),
-            EdgeToMatch(0, 0, "Shape", _SHAPE),
-        ),
-    )
+    ends: list[Node] = []  # the Unsqueezes of the key length for the last Slice (path 2) and the mask Slice (3)
+    for path, slice_node in ((2, last_slice), (3, mask_slice)):
+        found = find_path(graph, slice_node, True, _UNIDIR_ENDS_PATH)
+        if found is None or found[1].index != squeeze1.index:
+            return NoMatch(f"Faild to match path {path} for unidirectional mask", (slice_node.name,))
+        if not check_output_edges(graph, found[0], 2 if shared else 1):
+            reason = f"Output edge count not expected for unsqueeze{path} of unidirectional mask"
+            return NoMatch(reason, (found[0].name,))
+        ends.append(found[0])
+    unsqueeze2, unsqueeze3 = ends
+    path4 = find_path(graph, sub, True, _UNIDIR_PATH_4)
     if path4 is None:
         return NoMatch("Faild to match path 4 for unidirectional mask", (sub.name,))
     squeeze2, slice2, shape2 = path4
@@ -475,36 +676,21 @@ def _match_past(graph: Graph, k_concat: Node, v_concat: Node, optimized: bool) -
     directly and feeds the present Unsqueeze directly (its two Transposes cancelled)."""
     past_k_transpose: Node | None = None
     present_k_transpose: Node | None = None
-    past_k_path = (EdgeToMatch(0, 0, "Transpose", _TRANSPOSE), EdgeToMatch(0, 0, "Gather", _GATHER))
-    found = find_path(graph, k_concat, True, past_k_path[1:] if optimized else past_k_path)
+    found = find_path(graph, k_concat, True, _PAST_K_PATH[1:] if optimized else _PAST_K_PATH)
     if found is None:
         return NoMatch("Failed to find path for past_k", (k_concat.name,))
     if optimized:
         (past_k_gather,) = found
     else:
         past_k_transpose, past_k_gather = found
-    present_k_path = (
-        EdgeToMatch(0, 0, "Transpose", _TRANSPOSE),
-        EdgeToMatch(0, 0, "Unsqueeze", _UNSQ),
-        EdgeToMatch(0, 0, "Concat", _CONCAT),
-    )
-    found = find_path(graph, k_concat, False, present_k_path[1:] if optimized else present_k_path)
+    found = find_path(graph, k_concat, False, _PRESENT_K_PATH[1:] if optimized else _PRESENT_K_PATH)
     if found is None:
         return NoMatch("Failed to find path for present_k", (k_concat.name,))
     if optimized:
         present_k_unsqueeze, present_concat = found
     else:
         present_k_transpose, present_k_unsqueeze, present_concat = found
-    found = find_path(
-        graph,
-        present_concat,
-        True,
-        (
-            EdgeToMatch(0, 1, "Unsqueeze", _UNSQ),
-            EdgeToMatch(0, 0, "Concat", _CONCAT),
-            EdgeToMatch(0, 0, "Gather", _GATHER),
-        ),
-    )
+    found = find_path(graph, present_concat, True, _PRESENT_V_PATH)
     if found is None:
         return NoMatch("Failed to find path for present_v and past_v", (present_concat.name,))
     present_v_unsqueeze, past_v_concat, past_v_gather = found
@@ -543,76 +729,12 @@ def _match_past(graph: Graph, k_concat: Node, v_concat: Node, optimized: bool) -
     return _Past(past_v_gather.inputs[0], present_concat.outputs[0], nodes)
 
 
-def _check_path_v(
-    graph: Graph, reshape: Node, transpose: Node, qkv_matmul: Node, v_transpose: Node, v_reshape: Node, hidden: int
-) -> int | NoMatch:
-    """``CheckNodesInPathV`` with ``head_size`` -1 (GPT-2): the number of heads."""
-    if not all(check_output_edges(graph, n, 1) for n in (transpose, qkv_matmul, v_transpose, v_reshape)):
-        return NoMatch("Output edge count not expected for nodes in path v")
-    if not perm_is(transpose, (0, 2, 1, 3)):
-        return NoMatch("Failed in match Transpose attribute perm. Expected: 0, 2, 1, 3", (transpose.name,))
-    if not perm_is(v_transpose, (0, 2, 1, 3)):
-        return NoMatch("Failed in match v_transpose attribute perm. Expected: 0, 2, 1, 3", (v_transpose.name,))
-    v_shape = reshape_constant(graph, v_reshape)
-    if (
-        v_shape is None
-        or len(v_shape) != 4
-        or v_shape[0] != 0
-        or v_shape[1] not in (0, -1)
-        or not 0 < v_shape[2] <= hidden
-        or v_shape[3] != -1
-    ):
-        return NoMatch("v_reshape initializer value is not expected", (v_reshape.name,))
-    num_heads = v_shape[2]
-    out_shape = reshape_constant(graph, reshape)
-    if out_shape is None:
-        return NoMatch("reshape initializer value is not expected", (reshape.name,))
-    if len(out_shape) != 3 or out_shape[0] != 0 or out_shape[1] != 0 or out_shape[2] not in (-num_heads, -1):
-        return NoMatch("reshape initializer value is not expected", (reshape.name,))
-    return num_heads
-
-
-def _check_gpt_qk(
-    graph: Graph, reshape: Node, transpose: Node, perm: tuple[int, ...], num_heads: int, q: bool
-) -> NoMatch | None:
-    """``CheckNodesInPathQ`` / ``CheckNodesInPathK`` for GPT-2 (head size -1: the Div's divisor is not checked)."""
-    if not external_use_free(graph, reshape, transpose):
-        return NoMatch(("q" if q else "k") + " path has an external use", (reshape.name, transpose.name))
-    shape = reshape_constant(graph, reshape)
-    if not perm_is(transpose, perm):
-        return NoMatch(("q" if q else "k") + "_transpose perm attribute not matched", (transpose.name,))
-    if (
-        shape is None
-        or len(shape) != 4
-        or shape[0] != 0
-        or shape[1] not in (0, -1)
-        or shape[2] != num_heads
-        or shape[3] != -1
-    ):
-        return NoMatch(("q" if q else "k") + "_reshape const not matched", (reshape.name,))
-    return None
-
-
-def _mask_int32(graph: Graph, mask: str, cache: dict[str, str], ep: str) -> str:
-    """``GetOrCreateMaskInt32``: a Cast to int32 of the mask whatever its type (two dims, the mask's if it has two),
-    one per mask input and pass application (the cache the BERT form fills too)."""
-    if mask in cache:
-        return cache[mask]
-    shape = graph.shape(mask, as_written=True)
-    dims: list[int | str | None] = list(shape) if shape is not None and len(shape) == 2 else [None, None]
-    out = graph.generate_value_name("Mask_Int32")
-    graph.set_value_type(out, onnx.helper.make_tensor_type_proto(_TP.INT32, dims))
-    graph.add_node(
-        graph.generate_node_name("MaskCast"),
-        "Cast",
-        [mask],
-        [out],
-        attributes={"to": onnx.helper.make_attribute("to", _TP.INT32)},
-        doc_string="Cast mask from int64 to int32",
-        ep=ep,
-    )
-    cache[mask] = out
-    return out
+def get_or_create_mask_int32(graph: Graph, mask: str, cache: dict[str, str], ep: str) -> str:
+    """``GetOrCreateMaskInt32``: the mask's Cast to int32 whatever its type, one per mask input and pass
+    application (the cache the BERT form fills too)."""
+    if mask not in cache:
+        cache[mask] = cast_mask_to_int32(graph, mask, ep)
+    return cache[mask]
 
 
 def fuse_gpt_attention(graph: Graph, ln: Node, hidden: int, cache: dict[str, str], shared: bool) -> str | NoMatch:
@@ -623,22 +745,10 @@ def fuse_gpt_attention(graph: Graph, ln: Node, hidden: int, cache: dict[str, str
     add_after_gemm = first_child_by_type(graph, parent, "Add")
     if add_after_gemm is None:
         return NoMatch("the LayerNormalization's input Add has no Add consumer", (parent.name,))
-    gemm1 = _match_gemm(graph, add_after_gemm, 1, shared)
+    gemm1 = _match_valid_gemm(graph, add_after_gemm, 1, shared, hidden, False)
     if isinstance(gemm1, NoMatch):
         return gemm1
-    invalid = _validate_gemm(graph, gemm1.gemm, hidden, False)
-    if invalid is not None:
-        return invalid
-    found = find_path(
-        graph,
-        gemm1.input_node,
-        True,
-        (
-            EdgeToMatch(0, 0, "Reshape", _RESHAPE),
-            EdgeToMatch(0, 0, "Transpose", _TRANSPOSE),
-            EdgeToMatch(0, 0, "MatMul", (1, 9)),
-        ),
-    )
+    found = find_path(graph, gemm1.input_node, True, _QKV_MATMUL_PATH)
     if found is None:
         return NoMatch("Faild to find path to qkv_matmul", (gemm1.input_node.name,))
     reshape, transpose, qkv_matmul = found
@@ -646,27 +756,20 @@ def fuse_gpt_attention(graph: Graph, ln: Node, hidden: int, cache: dict[str, str
     if v_concat is None:
         return NoMatch("the qkv MatMul's input 1 has no producer", (qkv_matmul.name,))
     has_past = is_supported_op(v_concat, "Concat", _CONCAT)
-    v_path = (
-        EdgeToMatch(0, 1, "Transpose", _TRANSPOSE),
-        EdgeToMatch(0, 0, "Reshape", _RESHAPE),
-        EdgeToMatch(2, 0, "Split", _SPLIT),
-    )
-    found = find_path(graph, v_concat if has_past else qkv_matmul, True, v_path)
+    found = find_path(graph, v_concat if has_past else qkv_matmul, True, _split_path(1, 2))
     if found is None:
         return NoMatch("Faild to find path v to Split", (qkv_matmul.name,))
     v_transpose, v_reshape, split = found
-    gemm0 = _match_gemm(graph, split, 0, shared)
+    gemm0 = _match_valid_gemm(graph, split, 0, shared, hidden, True)
     if isinstance(gemm0, NoMatch):
         return gemm0
-    invalid = _validate_gemm(graph, gemm0.gemm, hidden, True)
-    if invalid is not None:
-        return invalid
     gemm0_parent = input_node(graph, gemm0.input_node, 0)
     if gemm0_parent is None or gemm0_parent.index != ln.index:
         return NoMatch("the first Gemm subgraph does not read the LayerNormalization", (gemm0.input_node.name,))
-    num_heads = _check_path_v(graph, reshape, transpose, qkv_matmul, v_transpose, v_reshape, hidden)
-    if isinstance(num_heads, NoMatch):
-        return NoMatch("CheckNodesInPathV return false", num_heads.nodes, (num_heads.reason,))
+    path_v = check_nodes_in_path_v(graph, reshape, transpose, qkv_matmul, v_transpose, v_reshape, hidden, -1)
+    if isinstance(path_v, NoMatch):
+        return NoMatch("CheckNodesInPathV return false", path_v.nodes, (path_v.reason,))
+    num_heads, head_size, _ = path_v
     if not check_output_edges(graph, split, 3):
         return NoMatch("Output edge count not expected for nodes in path v", (split.name,))
     mask = match_input_mask(graph, qkv_matmul, optional=True)
@@ -675,19 +778,13 @@ def fuse_gpt_attention(graph: Graph, ln: Node, hidden: int, cache: dict[str, str
     unidir = _match_unidir(graph, mask.remove_always[-1], shared)
     if isinstance(unidir, NoMatch):
         return NoMatch("MatchUnidirMaskSubgraph returns NULL", unidir.nodes, unidir.reasons)
-    q_path = (
-        EdgeToMatch(0, 0, "MatMul", (1, 9, 13)),
-        EdgeToMatch(0, 0, "Transpose", _TRANSPOSE),
-        EdgeToMatch(0, 0, "Reshape", _RESHAPE),
-        EdgeToMatch(0, 0, "Split", _SPLIT),
-    )
-    found = find_path(graph, unidir.div, True, q_path)
+    found = find_path(graph, unidir.div, True, (EdgeToMatch(0, 0, "MatMul", (1, 9, 13)), *_split_path(0, 0)))
     if found is None:
         return NoMatch("Failed to find path for q", (unidir.div.name,))
     qk_matmul, q_transpose, q_reshape, q_split = found
     if q_split.index != split.index:
         return NoMatch("q and v are not from same Split node", (q_split.name,))
-    checked = _check_gpt_qk(graph, q_reshape, q_transpose, (0, 2, 1, 3), num_heads, True)
+    checked = check_nodes_in_path_q(graph, unidir.div, q_reshape, q_transpose, num_heads, head_size)
     if checked is not None:
         return NoMatch("CheckNodesInPathQ returns false", checked.nodes, (checked.reason,))
     k_concat: Node | None = None
@@ -703,19 +800,14 @@ def fuse_gpt_attention(graph: Graph, ln: Node, hidden: int, cache: dict[str, str
             k_concat = input_node(graph, opt_k_transpose, 0)
         if k_concat is None or not is_supported_op(k_concat, "Concat", _CONCAT):
             return NoMatch("the q.k MatMul's input 1 is not past's Concat", (qk_matmul.name,))
-    k_path = (
-        EdgeToMatch(0, 1, "Transpose", _TRANSPOSE),
-        EdgeToMatch(0, 0, "Reshape", _RESHAPE),
-        EdgeToMatch(1, 0, "Split", _SPLIT),
-    )
-    found = find_path(graph, k_concat if k_concat is not None else qk_matmul, True, k_path)
+    found = find_path(graph, k_concat if k_concat is not None else qk_matmul, True, _split_path(1, 1))
     if found is None:
         return NoMatch("Failed to find path for k", (qk_matmul.name,))
     k_transpose, k_reshape, k_split = found
     if k_split.index != split.index:
         return NoMatch("k and v are not from same Split node", (k_split.name,))
     k_perm = (0, 2, 1, 3) if opt_k_transpose is not None else (0, 2, 3, 1)
-    checked = _check_gpt_qk(graph, k_reshape, k_transpose, k_perm, num_heads, False)
+    checked = check_nodes_in_path_k(graph, k_reshape, k_transpose, num_heads, head_size, k_perm)
     if checked is not None:
         return NoMatch("CheckNodesInPathK returns false", checked.nodes, (checked.reason,))
     past: _Past | None = None
@@ -727,7 +819,7 @@ def fuse_gpt_attention(graph: Graph, ln: Node, hidden: int, cache: dict[str, str
     # the rewrite
     inputs = [ln.outputs[0], gemm0.gemm.inputs[1], gemm0.gemm.inputs[2]]
     outputs = [reshape.outputs[0]]
-    inputs.append(_mask_int32(graph, mask.mask_input, cache, ln.ep) if mask.has_input_mask else "")
+    inputs.append(get_or_create_mask_int32(graph, mask.mask_input, cache, ln.ep) if mask.has_input_mask else "")
     if past is not None:
         inputs.append(past.past)
         outputs.append(past.present)
@@ -746,20 +838,6 @@ def fuse_gpt_attention(graph: Graph, ln: Node, hidden: int, cache: dict[str, str
         remove += past.nodes
     if opt_k_transpose is not None:
         remove.append(opt_k_transpose)
-    remove += mask.remove_always
-    if mask.mul is not None and check_output_edges(graph, mask.mul, 1):
-        remove += mask.shared
-    for node in remove:
-        if graph.node(node.index) is not None:
-            graph.remove_node(node)
-    graph.add_node(
-        name,
-        "Attention",
-        inputs,
-        outputs,
-        domain=MS_DOMAIN,
-        attributes=attributes,
-        doc_string="Fused Attention subgraphs ",
-        ep=ln.ep,
-    )
+    remove += set_mask_nodes_to_remove(graph, mask)
+    replace_with_attention(graph, remove, name, inputs, outputs, attributes, ln.ep)
     return name

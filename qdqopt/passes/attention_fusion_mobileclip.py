@@ -42,13 +42,20 @@ needs the projection input's shape fully known (else the fusion stops there, ref
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import numpy as np
 import onnx
 
 from qdqopt.events import NoMatch
 from qdqopt.graph import Graph, Node, View
-from qdqopt.passes.attention_fusion_helper import float_scalar, perm_is, reshape_constant
+from qdqopt.passes.attention_fusion_helper import (
+    float_scalar,
+    perm_is,
+    reshape_constant,
+    validate_matmul_initializer,
+    validate_shape,
+)
 from qdqopt.passes.graph_utils import (
     append_tensor_from_initializer,
     check_output_edges,
@@ -71,13 +78,30 @@ _MATMUL = (1, 9, 13)
 _GEMM = (7, 9, 11, 13)
 
 
-def _only_child(graph: Graph, node: Node, index: int, op_type: str) -> Node | None:
-    """``GetOnlyChildByOutputIndex``: the one consumer of output ``index``, if it is an ``op_type``."""
+def _only_child(
+    graph: Graph, node: Node, index: int, op_type: str, versions: tuple[int, ...] | None = None
+) -> Node | None:
+    """``GetOnlyChildByOutputIndex``: the one consumer of output ``index``, if it is an ``op_type`` (and, given
+    ``versions``, an ai.onnx one at one of them: ``IsSupportedOptypeVersionAndDomain``)."""
     edges = [e for e in graph.output_edges(node) if e.src_slot == index]
     if len(edges) != 1:
         return None
     child = graph.node(edges[0].dst)
-    return child if child is not None and child.op_type == op_type else None
+    if child is None or child.op_type != op_type:
+        return None
+    return child if versions is None or is_supported_op(child, op_type, versions) else None
+
+
+def _one_use_op(node: Node | None, graph: Graph, op_type: str, versions: tuple[int, ...]) -> TypeGuard[Node]:
+    """``node`` is an ai.onnx ``op_type`` at one of ``versions`` (``IsSupportedOptypeVersionAndDomain``) with one
+    output edge and no graph output (``CheckOutputEdges(.., 1)``)."""
+    return node is not None and is_supported_op(node, op_type, versions) and check_output_edges(graph, node, 1)
+
+
+def _reads(graph: Graph, node: Node, slot: int, producer: Node) -> bool:
+    """Input ``slot`` of ``node`` is an output of ``producer``."""
+    found = input_node(graph, node, slot)
+    return found is not None and found.index == producer.index
 
 
 def _axes_input_is(graph: Graph, node: Node, axes: list[int]) -> bool:
@@ -100,14 +124,10 @@ def _ep_ok(node: Node, eps: tuple[str, ...], required: str | None = None) -> boo
     return node.ep == required if required is not None else node.ep in eps
 
 
-def _shape_is(graph: Graph, name: str, dims: list[int]) -> bool:
-    return graph.shape(name) == dims
-
-
 def _bias_either_input(graph: Graph, add: Node, hidden: int) -> bool:
     """``ValidateAddBiasInitializerEitherInput``."""
     return len(add.inputs) >= 2 and any(
-        is_initializer(graph, v) and _shape_is(graph, v, [hidden]) for v in add.inputs[:2]
+        is_initializer(graph, v) and validate_shape(graph, v, [hidden]) for v in add.inputs[:2]
     )
 
 
@@ -124,7 +144,7 @@ def _gemm_ok(graph: Graph, gemm: Node, hidden: int) -> bool:
     b, c = gemm.inputs[1], gemm.inputs[2]
     if not is_initializer(graph, b) or not is_initializer(graph, c):
         return False
-    return _shape_is(graph, b, [hidden, hidden]) and _shape_is(graph, c, [hidden])
+    return validate_shape(graph, b, [hidden, hidden]) and validate_shape(graph, c, [hidden])
 
 
 @dataclass
@@ -146,29 +166,28 @@ def _projection(graph: Graph, reshape_2: Node) -> _Projection | NoMatch:
     matmul = _only_child(graph, reshape_2, 0, "MatMul")
     if matmul is not None:
         if (
-            not is_supported_op(matmul, "MatMul", _MATMUL)
+            not _one_use_op(matmul, graph, "MatMul", _MATMUL)
             or len(matmul.inputs) < 2
             or not is_initializer(graph, matmul.inputs[1])
-            or not check_output_edges(graph, matmul, 1)
         ):
             return NoMatch("projection MatMul not matched", (matmul.name,))
         add = _only_child(graph, matmul, 0, "Add")
-        if add is None or not is_supported_op(add, "Add", (7, 13, 14)) or not check_output_edges(graph, add, 1):
+        if not _one_use_op(add, graph, "Add", (7, 13, 14)):
             return NoMatch("projection Add not matched", (matmul.name,))
         return _Projection(matmul=matmul, add=add)
     gemm = _only_child(graph, reshape_2, 0, "Gemm")
     if gemm is not None:
-        if not is_supported_op(gemm, "Gemm", _GEMM) or not check_output_edges(graph, gemm, 1):
+        if not _one_use_op(gemm, graph, "Gemm", _GEMM):
             return NoMatch("projection MatMul/Gemm not matched", (gemm.name,))
         return _Projection(gemm=gemm)
     first = _only_child(graph, reshape_2, 0, "Reshape")
-    if first is None or not is_supported_op(first, "Reshape", _RESHAPE) or not check_output_edges(graph, first, 1):
+    if not _one_use_op(first, graph, "Reshape", _RESHAPE):
         return NoMatch("projection MatMul/Gemm not matched", (reshape_2.name,))
     gemm = _only_child(graph, first, 0, "Gemm")
-    if gemm is None or not is_supported_op(gemm, "Gemm", _GEMM) or not check_output_edges(graph, gemm, 1):
+    if not _one_use_op(gemm, graph, "Gemm", _GEMM):
         return NoMatch("projection MatMul/Gemm not matched", (first.name,))
     last = _only_child(graph, gemm, 0, "Reshape")
-    if last is None or not is_supported_op(last, "Reshape", _RESHAPE) or not check_output_edges(graph, last, 1):
+    if not _one_use_op(last, graph, "Reshape", _RESHAPE):
         return NoMatch("normalized projection Gemm output Reshape not matched", (gemm.name,))
     return _Projection(gemm=gemm, input_reshape=first, output_reshape=last)
 
@@ -256,67 +275,38 @@ def try_fuse_mobileclip_mha(graph: Graph, qkv_matmul: Node, eps: tuple[str, ...]
     ):
         return NoMatch("qkv MatMul output count or weight initializer check failed")
     seq_transpose = input_node(graph, qkv_matmul, 0)
-    if (
-        seq_transpose is None
-        or not is_supported_op(seq_transpose, "Transpose", _TRANSPOSE)
-        or not perm_is(seq_transpose, (0, 2, 1))
-        or not check_output_edges(graph, seq_transpose, 1)
-    ):
+    if not _one_use_op(seq_transpose, graph, "Transpose", _TRANSPOSE) or not perm_is(seq_transpose, (0, 2, 1)):
         return None
     in_reshape = input_node(graph, seq_transpose, 0)
-    if (
-        in_reshape is None
-        or not is_supported_op(in_reshape, "Reshape", _RESHAPE)
-        or not check_output_edges(graph, in_reshape, 1)
-    ):
+    if not _one_use_op(in_reshape, graph, "Reshape", _RESHAPE):
         return NoMatch("missing input Reshape before sequence transpose")
     qkv_reshape = _only_child(graph, qkv_matmul, 0, "Reshape")
-    if (
-        qkv_reshape is None
-        or not is_supported_op(qkv_reshape, "Reshape", _RESHAPE)
-        or not check_output_edges(graph, qkv_reshape, 1)
-    ):
+    if not _one_use_op(qkv_reshape, graph, "Reshape", _RESHAPE):
         return NoMatch("qkv Reshape after MatMul not matched")
     split = _only_child(graph, qkv_reshape, 0, "Split")
     if split is None or not is_supported_op(split, "Split", (13, 18)) or len(split.outputs) != 3:
         return NoMatch("qkv Split(axis=2, outputs=3) not matched")
     if not _attr_is(split, "axis", 2):
         return NoMatch("qkv Split(axis=2, outputs=3) not matched")
-    q_transpose = _only_child(graph, split, 0, "Transpose")
-    k_squeeze = _only_child(graph, split, 1, "Squeeze")
-    v_transpose = _only_child(graph, split, 2, "Transpose")
+    q_transpose = _only_child(graph, split, 0, "Transpose", _TRANSPOSE)
+    k_squeeze = _only_child(graph, split, 1, "Squeeze", _SQUEEZE)
+    v_transpose = _only_child(graph, split, 2, "Transpose", _TRANSPOSE)
     if (
         q_transpose is None
         or k_squeeze is None
         or v_transpose is None
-        or not is_supported_op(q_transpose, "Transpose", _TRANSPOSE)
-        or not is_supported_op(k_squeeze, "Squeeze", _SQUEEZE)
-        or not is_supported_op(v_transpose, "Transpose", _TRANSPOSE)
         or not perm_is(q_transpose, (2, 0, 3, 1, 4))
         or not perm_is(v_transpose, (2, 0, 3, 1, 4))
         or not _axes_input_is(graph, k_squeeze, [2])
     ):
         return NoMatch("q/k/v branch entry pattern after Split not matched")
-    q_squeeze = _only_child(graph, q_transpose, 0, "Squeeze")
-    v_squeeze = _only_child(graph, v_transpose, 0, "Squeeze")
-    if (
-        q_squeeze is None
-        or v_squeeze is None
-        or not is_supported_op(q_squeeze, "Squeeze", _SQUEEZE)
-        or not is_supported_op(v_squeeze, "Squeeze", _SQUEEZE)
-        or not _axes_input_is(graph, q_squeeze, [0])
-        or not _axes_input_is(graph, v_squeeze, [0])
-    ):
+    q_squeeze = _only_child(graph, q_transpose, 0, "Squeeze", _SQUEEZE)
+    v_squeeze = _only_child(graph, v_transpose, 0, "Squeeze", _SQUEEZE)
+    if q_squeeze is None or v_squeeze is None or not all(_axes_input_is(graph, n, [0]) for n in (q_squeeze, v_squeeze)):
         return NoMatch("q/v squeeze pattern not matched")
-    q_mul = _only_child(graph, q_squeeze, 0, "Mul")
-    k_transpose = _only_child(graph, k_squeeze, 0, "Transpose")
-    if (
-        q_mul is None
-        or k_transpose is None
-        or not is_supported_op(q_mul, "Mul", (7, 13, 14))
-        or not is_supported_op(k_transpose, "Transpose", _TRANSPOSE)
-        or not perm_is(k_transpose, (0, 2, 3, 1))
-    ):
+    q_mul = _only_child(graph, q_squeeze, 0, "Mul", (7, 13, 14))
+    k_transpose = _only_child(graph, k_squeeze, 0, "Transpose", _TRANSPOSE)
+    if q_mul is None or k_transpose is None or not perm_is(k_transpose, (0, 2, 3, 1)):
         return NoMatch("q scale Mul or k Transpose(0,2,3,1) not matched")
     if len(q_mul.inputs) < 2:
         return NoMatch("q scale constant not found")
@@ -331,47 +321,19 @@ def try_fuse_mobileclip_mha(graph: Graph, qkv_matmul: Node, eps: tuple[str, ...]
     if scale is None:
         return NoMatch("q scale constant not found")
     qk_matmul = _only_child(graph, q_mul, 0, "MatMul")
-    qk_b = input_node(graph, qk_matmul, 1) if qk_matmul is not None else None
-    if (
-        qk_matmul is None
-        or not is_supported_op(qk_matmul, "MatMul", _MATMUL)
-        or qk_b is None
-        or qk_b.index != k_transpose.index
-        or not check_output_edges(graph, qk_matmul, 1)
-    ):
+    if not _one_use_op(qk_matmul, graph, "MatMul", _MATMUL) or not _reads(graph, qk_matmul, 1, k_transpose):
         return NoMatch("qk MatMul not matched")
     softmax = _only_child(graph, qk_matmul, 0, "Softmax")
-    if (
-        softmax is None
-        or not is_supported_op(softmax, "Softmax", (1, 11, 13))
-        or not _attr_is(softmax, "axis", -1)
-        or not check_output_edges(graph, softmax, 1)
-    ):
+    if not _one_use_op(softmax, graph, "Softmax", (1, 11, 13)) or not _attr_is(softmax, "axis", -1):
         return NoMatch("Softmax(axis=-1) not matched")
     qkv_matmul_1 = _only_child(graph, softmax, 0, "MatMul")
-    v_b = input_node(graph, qkv_matmul_1, 1) if qkv_matmul_1 is not None else None
-    if (
-        qkv_matmul_1 is None
-        or not is_supported_op(qkv_matmul_1, "MatMul", _MATMUL)
-        or v_b is None
-        or v_b.index != v_squeeze.index
-        or not check_output_edges(graph, qkv_matmul_1, 1)
-    ):
+    if not _one_use_op(qkv_matmul_1, graph, "MatMul", _MATMUL) or not _reads(graph, qkv_matmul_1, 1, v_squeeze):
         return NoMatch("attention-value MatMul not matched")
     transpose_3 = _only_child(graph, qkv_matmul_1, 0, "Transpose")
-    if (
-        transpose_3 is None
-        or not is_supported_op(transpose_3, "Transpose", _TRANSPOSE)
-        or not perm_is(transpose_3, (0, 2, 1, 3))
-        or not check_output_edges(graph, transpose_3, 1)
-    ):
+    if not _one_use_op(transpose_3, graph, "Transpose", _TRANSPOSE) or not perm_is(transpose_3, (0, 2, 1, 3)):
         return NoMatch("output Transpose(0,2,1,3) not matched")
     reshape_2 = _only_child(graph, transpose_3, 0, "Reshape")
-    if (
-        reshape_2 is None
-        or not is_supported_op(reshape_2, "Reshape", _RESHAPE)
-        or not check_output_edges(graph, reshape_2, 1)
-    ):
+    if not _one_use_op(reshape_2, graph, "Reshape", _RESHAPE):
         return NoMatch("output Reshape not matched")
     proj = _projection(graph, reshape_2)
     if isinstance(proj, NoMatch):
@@ -382,14 +344,12 @@ def try_fuse_mobileclip_mha(graph: Graph, qkv_matmul: Node, eps: tuple[str, ...]
     num_heads, head_size = dims[3], dims[4]
     hidden = num_heads * head_size
     if proj.matmul is not None and proj.add is not None:
-        weight_ok = is_initializer(graph, proj.matmul.inputs[1]) and _shape_is(
-            graph, proj.matmul.inputs[1], [hidden, hidden]
-        )
+        weight_ok = validate_matmul_initializer(graph, proj.matmul, hidden)
         if not weight_ok or not _bias_either_input(graph, proj.add, hidden):
             return NoMatch("projection weight/bias shape validation failed")
     elif proj.gemm is not None and not _gemm_ok(graph, proj.gemm, hidden):
         return NoMatch("projection Gemm weight/bias shape validation failed")
-    if not _shape_is(graph, qkv_matmul.inputs[1], [hidden, 3 * hidden]):
+    if not validate_shape(graph, qkv_matmul.inputs[1], [hidden, 3 * hidden]):
         return NoMatch("qkv weight shape is not [hidden, 3*hidden]")
     matched = [seq_transpose, in_reshape, qkv_reshape, split, q_transpose, k_squeeze, v_transpose, q_squeeze]
     matched += [v_squeeze, q_mul, k_transpose, qk_matmul, softmax, qkv_matmul_1, transpose_3, reshape_2]

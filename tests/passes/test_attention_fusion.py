@@ -98,7 +98,7 @@ def test_mutation_k_perm(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not differs("attention/bert_k_perm")
     original = attention_fusion_helper.perm_is
     monkeypatch.setattr(
-        attention_fusion, "_perm_is", lambda node, perm: True if perm == (0, 2, 3, 1) else original(node, perm)
+        attention_fusion_helper, "perm_is", lambda node, perm: True if perm == (0, 2, 3, 1) else original(node, perm)
     )
     assert differs("attention/bert_k_perm")
 
@@ -106,7 +106,9 @@ def test_mutation_k_perm(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_mutation_shared_mask(monkeypatch: pytest.MonkeyPatch) -> None:
     """The mask's Mul, Sub, Cast and Unsqueezes stay while another layer still reads the Mul."""
     assert not differs("attention/bert_extra_mask_mul")
-    monkeypatch.setattr(attention_fusion, "check_output_edges", lambda graph, node, n: True)
+    monkeypatch.setattr(
+        attention_fusion, "set_mask_nodes_to_remove", lambda graph, mask: [*mask.remove_always, *mask.shared]
+    )
     assert differs("attention/bert_extra_mask_mul")
 
 
@@ -144,12 +146,12 @@ def test_mutation_gpt_mask_filter_value(monkeypatch: pytest.MonkeyPatch) -> None
 def test_mutation_gpt_int32_mask_cast(monkeypatch: pytest.MonkeyPatch) -> None:
     """The GPT-2 form casts even an int32 mask (GetOrCreateMaskInt32)."""
     assert not differs("attention/gpt_mask_int32")
-    original = attention_fusion_helper._mask_int32
+    original = attention_fusion_helper.get_or_create_mask_int32
 
     def skip_int32(graph: Graph, mask: str, cache: dict[str, str], ep: str) -> str:
         return mask if graph.elem_type(mask) == 6 else original(graph, mask, cache, ep)
 
-    monkeypatch.setattr(attention_fusion_helper, "_mask_int32", skip_int32)
+    monkeypatch.setattr(attention_fusion_helper, "get_or_create_mask_int32", skip_int32)
     assert differs("attention/gpt_mask_int32")
 
 
