@@ -124,7 +124,7 @@ def _gemm_ok(graph: Graph, gemm: Node, n: int) -> bool:
     return True
 
 
-def _common(graph: Graph, mm: Node, dq: Node) -> tuple[onnx.TensorProto, onnx.TensorProto] | None:
+def _common(graph: Graph, dq: Node) -> tuple[onnx.TensorProto, onnx.TensorProto] | None:
     """The weight (uint4) and the scale (float/float16, A's type) of ``dq``, or None."""
     if not dq.inputs or not dq.inputs[0] or len(dq.inputs) < 2 or not dq.inputs[1]:
         return None
@@ -135,6 +135,20 @@ def _common(graph: Graph, mm: Node, dq: Node) -> tuple[onnx.TensorProto, onnx.Te
     if s is None or s[1].data_type not in _FLOATS:
         return None
     return w[1], s[1]
+
+
+def _weight_dq(graph: Graph, value: str, axis: int) -> tuple[Node, int, list[int], onnx.TensorProto] | None:
+    """The DequantizeLinear producing ``value``, read there alone and blockwise along ``axis``: the node, its block
+    size, its uint4 weight's dims and its float scale (:func:`_common`); None when it does not qualify."""
+    dq = _producer(graph, value, "DequantizeLinear")
+    if dq is None or output_edge_count(graph, dq) != 1:
+        return None
+    bs = _block_size(dq, axis)
+    found = _common(graph, dq) if bs is not None else None
+    if found is None or bs is None:
+        return None
+    w, s = found
+    return dq, bs, _dims(w), s
 
 
 def _a_type_ok(graph: Graph, mm: Node, scale: onnx.TensorProto) -> bool:
@@ -169,15 +183,10 @@ def _match_reshape_transpose(graph: Graph, mm: Node) -> _Match | None:
     rs = _producer(graph, tp.inputs[0], "Reshape")
     if rs is None or not _link(graph, rs):
         return None
-    dq = _producer(graph, rs.inputs[0], "DequantizeLinear")
-    if dq is None or output_edge_count(graph, dq) != 1:
+    weight = _weight_dq(graph, rs.inputs[0], 2)
+    if weight is None:
         return None
-    bs = _block_size(dq, 2)
-    found = _common(graph, mm, dq) if bs is not None else None
-    if found is None:
-        return None
-    w, s = found
-    dims = _dims(w)
+    dq, bs, dims, s = weight
     if len(dims) != 3 or min(dims) <= 0 or dims[2] != bs:
         return None
     n, k = dims[0], dims[1] * dims[2]
@@ -217,15 +226,10 @@ def _match_direct(graph: Graph, mm: Node) -> _Match | None:
     """``CollectDirectDQMatches`` for one node."""
     if not _is_matmul(mm):
         return None
-    dq = _producer(graph, mm.inputs[1], "DequantizeLinear")
-    if dq is None or output_edge_count(graph, dq) != 1:
+    weight = _weight_dq(graph, mm.inputs[1], 0)
+    if weight is None:
         return None
-    bs = _block_size(dq, 0)
-    found = _common(graph, mm, dq) if bs is not None else None
-    if found is None or bs is None:
-        return None
-    w, s = found
-    dims = _dims(w)
+    dq, bs, dims, s = weight
     if len(dims) != 2 or min(dims) <= 0 or dims[0] % bs:
         return None
     k, n = dims

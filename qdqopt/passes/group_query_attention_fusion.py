@@ -194,10 +194,21 @@ class GroupQueryAttentionFusion(GraphTransformer):
         output = graph.generate_value_name("MatMul_output")
         graph.set_value_type(output, out_type)
 
-        if not found.quantized:
-            new = self._matmul(graph, found.layer_norm, output, q, tensors, q_hidden, kv_hidden)
-        else:
-            new = self._matmul_nbits(graph, found.layer_norm, output, q, tensors, q_hidden, kv_hidden)
+        merge = self._merged_nbits if found.quantized else self._merged_matmul
+        merged = merge(graph, tensors, q_hidden, kv_hidden)
+        op = "MatMulNBits" if found.quantized else "MatMul"
+        new = graph.add_node(
+            graph.generate_node_name(op),
+            op,
+            [found.layer_norm, *merged],
+            [output],
+            domain=MS_DOMAIN if found.quantized else "",
+            attributes=q.attributes,
+            attr_map=q.attr_map,
+            doc_string=f"{op} fusion node",
+        )
+        if found.quantized:
+            graph.set_attribute(new, onnx.helper.make_attribute("N", total))
         new.ep = gqa.ep
         fused = [q, k, v, *found.rotary]
         for node in fused:
@@ -241,15 +252,10 @@ class GroupQueryAttentionFusion(GraphTransformer):
         return loaded
 
     @staticmethod
-    def _matmul(
-        graph: Graph,
-        layer_norm: str,
-        output: str,
-        q: Node,
-        tensors: list[list[onnx.TensorProto | None]],
-        q_hidden: int,
-        kv_hidden: int,
-    ) -> Node:
+    def _merged_matmul(
+        graph: Graph, tensors: list[list[onnx.TensorProto | None]], q_hidden: int, kv_hidden: int
+    ) -> list[str]:
+        """The fused MatMul's B: the three weights side by side (``MergeMatMulWeightsByRow``)."""
         wq, wk, wv = (row[0] for row in tensors)
         assert wq is not None and wk is not None and wv is not None
         rows = wq.dims[0]
@@ -257,29 +263,16 @@ class GroupQueryAttentionFusion(GraphTransformer):
             _data(w, _TP.FLOAT16, rows * width).reshape(rows, width)
             for w, width in ((wq, q_hidden), (wk, kv_hidden), (wv, kv_hidden))
         ]
-        merged = np.concatenate(parts, axis=1)  # MergeMatMulWeightsByRow
+        merged = np.concatenate(parts, axis=1)
         name = graph.generate_value_name("qkv_B")
-        weights = _add(graph, _tensor(name, [rows, q_hidden + 2 * kv_hidden], wq.data_type, merged))
-        return graph.add_node(
-            graph.generate_node_name("MatMul"),
-            "MatMul",
-            [layer_norm, weights],
-            [output],
-            attributes=q.attributes,
-            attr_map=q.attr_map,
-            doc_string="MatMul fusion node",
-        )
+        return [_add(graph, _tensor(name, [rows, q_hidden + 2 * kv_hidden], wq.data_type, merged))]
 
     @staticmethod
-    def _matmul_nbits(
-        graph: Graph,
-        layer_norm: str,
-        output: str,
-        q: Node,
-        tensors: list[list[onnx.TensorProto | None]],
-        q_hidden: int,
-        kv_hidden: int,
-    ) -> Node:
+    def _merged_nbits(
+        graph: Graph, tensors: list[list[onnx.TensorProto | None]], q_hidden: int, kv_hidden: int
+    ) -> list[str]:
+        """The fused MatMulNBits' B, scales and (when all three have them) zero points, each Q's rows, then K's,
+        then V's (``MergeMatMulWeightsByBlocks``)."""
         (bq, sq, zq), (bk, sk, zk), (bv, sv, zv) = tensors
         assert bq is not None and bk is not None and bv is not None
         assert sq is not None and sk is not None and sv is not None
@@ -298,7 +291,6 @@ class GroupQueryAttentionFusion(GraphTransformer):
         merged_s = by_blocks((sq, sk, sv), _TP.FLOAT16, blocks)
         s_dims = [total, blocks] if len(sq.dims) > 1 else [total * blocks]
         inputs = [
-            layer_norm,
             _add(graph, _tensor(b_name, [total, blocks, blob], bq.data_type, merged_b)),
             _add(graph, _tensor(s_name, s_dims, sq.data_type, merged_s)),
         ]
@@ -306,15 +298,4 @@ class GroupQueryAttentionFusion(GraphTransformer):
             zp_name = graph.generate_value_name("qkv_zp")
             merged_zp = by_blocks((zq, zk, zv), _TP.UINT8, blocks // 2)
             inputs.append(_add(graph, _tensor(zp_name, [total * blocks // 2], zq.data_type, merged_zp)))
-        node = graph.add_node(
-            graph.generate_node_name("MatMulNBits"),
-            "MatMulNBits",
-            inputs,
-            [output],
-            domain=MS_DOMAIN,
-            attributes=q.attributes,
-            attr_map=q.attr_map,
-            doc_string="MatMulNBits fusion node",
-        )
-        graph.set_attribute(node, onnx.helper.make_attribute("N", total))
-        return node
+        return inputs

@@ -315,30 +315,42 @@ class LayerNormFusion(GraphTransformer):
         if not ok(div, "Div", BINARY) or not check_output_edges(graph, div, 1):
             return NoMatch("Div not supported or used outside the pattern", (div.name,))
         remove.append(div)
-        sqrt = first_parent_by_type(graph, div, "Sqrt")
-        if sqrt is None:
-            return NoMatch("no Sqrt before the Div", (div.name,))
-        if not ok(sqrt, "Sqrt", SQRT) or not check_output_edges(graph, sqrt, 1) or input_edge_count(graph, sqrt) == 0:
-            return NoMatch("Sqrt not supported or used outside the pattern", (sqrt.name,))
-        remove.append(sqrt)
-        add2 = graph.node(graph.input_edges(sqrt)[0].src)
-        assert add2 is not None
-        if not ok(add2, "Add", BINARY) or not check_output_edges(graph, add2, 1):
-            return NoMatch("the Sqrt's input is not an Add used by it alone", (add2.name,))
-        remove.append(add2)
-        rm2 = first_parent_by_type(graph, add2, "ReduceMean")
-        if rm2 is None:
-            return NoMatch("no ReduceMean before the epsilon Add", (add2.name,))
-        if not ok(rm2, "ReduceMean", REDUCE_MEAN, 1) or not check_output_edges(graph, rm2, 1):
-            return NoMatch("second ReduceMean not supported or used outside the pattern", (rm2.name,))
-        if input_edge_count(graph, rm2) == 0:
-            return NoMatch("second ReduceMean has no input edge", (rm2.name,))
-        remove.append(rm2)
-        pow_node = graph.node(graph.input_edges(rm2)[0].src)
-        assert pow_node is not None
-        if not ok(pow_node, "Pow", POW) or not check_output_edges(graph, pow_node, 1):
-            return NoMatch("the second ReduceMean's input is not a Pow used by it alone", (pow_node.name,))
-        remove.append(pow_node)
+
+        def parent_and_input(
+            child: Node,
+            op_type: str,
+            versions: tuple[int, ...],
+            feeding: str,
+            feeding_versions: tuple[int, ...],
+            first_n: int = -1,
+        ) -> tuple[Node, Node] | NoMatch:
+            """The first ``op_type`` parent of ``child`` (used by it alone), then the node its first input edge
+            comes from, a ``feeding`` op (used by it alone); both appended to ``remove``."""
+            parent = first_parent_by_type(graph, child, op_type)
+            if parent is None:
+                return NoMatch(f"no {op_type} before the {child.op_type}", (child.name,))
+            if not ok(parent, op_type, versions, first_n) or not check_output_edges(graph, parent, 1):
+                return NoMatch(f"{op_type} not supported or used outside the pattern", (parent.name,))
+            if input_edge_count(graph, parent) == 0:
+                return NoMatch(f"{op_type} has no input edge", (parent.name,))
+            remove.append(parent)
+            source = graph.node(graph.input_edges(parent)[0].src)
+            assert source is not None
+            if not ok(source, feeding, feeding_versions) or not check_output_edges(graph, source, 1):
+                article = "an" if feeding[0] in "AEIOU" else "a"
+                return NoMatch(f"the {op_type}'s input is not {article} {feeding} used by it alone", (source.name,))
+            remove.append(source)
+            return parent, source
+
+        # Div <- Sqrt <- Add (epsilon) <- ReduceMean <- Pow
+        found = parent_and_input(div, "Sqrt", SQRT, "Add", BINARY)
+        if isinstance(found, NoMatch):
+            return found
+        add2 = found[1]
+        found = parent_and_input(add2, "ReduceMean", REDUCE_MEAN, "Pow", POW, first_n=1)
+        if isinstance(found, NoMatch):
+            return found
+        rm2, pow_node = found
         cast2 = first_parent_by_type(graph, pow_node, "Cast")
         if cast2 is not None and cast2 is not cast1:
             if not is_supported_op(cast2, "Cast", CAST) or cast2.ep != ep or not check_output_edges(graph, cast2, 1):

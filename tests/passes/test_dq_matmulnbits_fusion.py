@@ -81,11 +81,11 @@ def test_mutation_int4(monkeypatch: pytest.MonkeyPatch) -> None:
     assert holds(compare("dqnbits/direct_int4"))
     original = dq_matmulnbits_fusion._common
 
-    def any_4bit(graph, mm, dq):  # type: ignore[no-untyped-def]
+    def any_4bit(graph, dq):  # type: ignore[no-untyped-def]
         w = graph.initializer(dq.inputs[0]) if dq.inputs and graph.is_initializer(dq.inputs[0]) else None
         if w is not None and w.data_type == dq_matmulnbits_fusion.TP.INT4:
             return w, graph.initializer(dq.inputs[1])
-        return original(graph, mm, dq)
+        return original(graph, dq)
 
     monkeypatch.setattr(dq_matmulnbits_fusion, "_common", any_4bit)
     assert differs("dqnbits/direct_int4")
