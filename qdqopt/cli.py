@@ -43,7 +43,7 @@ import os
 import sys
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -651,6 +651,18 @@ def _parser() -> argparse.ArgumentParser:
         if strict:  # the old name for the default, kept so that old scripts still run
             group.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)
 
+    def command(
+        name: str, help: str, func: Callable[[argparse.Namespace], int], *, model: bool = True, disable: bool = True
+    ) -> argparse.ArgumentParser:
+        """A subcommand running ``func`` on a model (``input``, unless not ``model``) with the :func:`common`
+        options."""
+        p = sub.add_parser(name, help=help)
+        p.set_defaults(func=func)
+        if model:
+            p.add_argument("input")
+        common(p, disable=disable)
+        return p
+
     p = sub.add_parser("optimize", help="write the model qdqopt's ORT passes produce")
     p.add_argument("input")
     p.add_argument("-o", "--output", required=True)
@@ -667,15 +679,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_optimize)
 
-    p = sub.add_parser("passes", help="list ORT's passes for a level, in order, and which qdqopt implements")
-    common(p, disable=False)
+    p = command(
+        "passes",
+        "list ORT's passes for a level, in order, and which qdqopt implements",
+        cmd_passes,
+        model=False,
+        disable=False,
+    )
     p.add_argument("--all", action="store_true", help="also list passes not registered for this session")
     json_option(p)
-    p.set_defaults(func=cmd_passes)
 
-    p = sub.add_parser("trace", help="print each pass and whether it modified the graph, as ORT's INFO log does")
-    p.add_argument("input")
-    common(p)
+    p = command("trace", "print each pass and whether it modified the graph, as ORT's INFO log does", cmd_trace)
     p.add_argument("--ort", action="store_true", help="also run ORT (as a user runs it) and check its log line by line")
     isolate_option(p, strict=False)
     p.add_argument(
@@ -695,23 +709,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--times", action="store_true", help="each pass application's wall time (with its Resolve)")
     json_option(p)
-    p.set_defaults(func=cmd_trace)
 
-    p = sub.add_parser("diff", help="compare qdqopt with real ORT at tiers N, S, X (and P: bytes)")
-    p.add_argument("input")
-    common(p)
+    p = command("diff", "compare qdqopt with real ORT at tiers N, S, X (and P: bytes)", cmd_diff)
     p.add_argument("--all-levels", action="store_true", help="compare at all five levels")
     isolate_option(p)
     p.add_argument("--max-lines", type=int, default=8, help="differences shown per level")
     p.add_argument("--verbose", "-v", action="store_true", help="name every pass in the notes on how ORT was run")
     json_option(p)
-    p.set_defaults(func=cmd_diff)
 
-    p = sub.add_parser(
-        "explain", help="list every QDQ node unit and transformer-fusion candidate: fused into what, or why not"
+    p = command(
+        "explain", "list every QDQ node unit and transformer-fusion candidate: fused into what, or why not", cmd_explain
     )
-    p.add_argument("input")
-    common(p)
     p.set_defaults(level="extended")
     p.add_argument("--all", action="store_true", help="also list nodes no fusion rule applies to")
     p.add_argument(
@@ -721,15 +729,13 @@ def _parser() -> argparse.ArgumentParser:
         help="instead: every candidate of this fusion pass (e.g. EmbedLayerNormFusion), fused into what or refused why",
     )
     json_option(p)
-    p.set_defaults(func=cmd_explain)
 
-    p = sub.add_parser(
+    p = command(
         "bisect",
-        help="the first pass application after which qdqopt can no longer reach ORT's result (or, with --numerics,"
-        " after which the outputs move more than TOL)",
+        "the first pass application after which qdqopt can no longer reach ORT's result (or, with --numerics, after"
+        " which the outputs move more than TOL)",
+        cmd_bisect,
     )
-    p.add_argument("input")
-    common(p)
     p.add_argument("--tier", default="X", help="the tier that must hold to agree with ORT (N, S, X or P; default X)")
     p.add_argument(
         "--numerics",
@@ -739,20 +745,17 @@ def _parser() -> argparse.ArgumentParser:
         " (max |diff|; ORT CPU at DISABLE_ALL on seeded inputs, in a child process)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs of --numerics")
-    p.set_defaults(func=cmd_bisect)
 
-    p = sub.add_parser(
+    p = command(
         "view",
-        help="open a model or a dump in Netron or Model Explorer (with --level: optimized, with qdqopt's overlays)",
+        "open a model or a dump in Netron or Model Explorer (with --level: optimized, with qdqopt's overlays)",
+        cmd_view,
     )
-    p.add_argument("input")
-    common(p)
     p.set_defaults(level=None)
     p.add_argument("--app", choices=["netron", "model-explorer"], default="netron", help="the viewer (default netron)")
     p.add_argument("--stop-after", metavar="PASS[:N]", help="with --level: show the model right after that application")
     p.add_argument("--port", type=int, help="the viewer's port")
     p.add_argument("--no-browser", action="store_true", help="serve without opening a browser")
-    p.set_defaults(func=cmd_view)
 
     p = sub.add_parser(
         "report", help="one HTML page: op counts per level, each pass application drawn before and after, explain, ORT"

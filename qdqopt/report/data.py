@@ -20,9 +20,10 @@ import pickle
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import onnx
@@ -43,6 +44,7 @@ from qdqopt.report.collect import Application, Collector
 __all__ = ["LevelResult", "Numerics", "ReportData", "SetupResult", "collect_report", "op_counts"]
 
 SEED = 0
+_T = TypeVar("_T")
 
 
 def op_counts(model: onnx.ModelProto) -> collections.Counter[str]:
@@ -243,21 +245,28 @@ def _setup(
     setup.applications = collector.applications
     setup.unimplemented = list(dict.fromkeys(result.unimplemented))
     setup.unsupported = dict(result.unsupported)
-    if level >= Level.EXTENDED:
-        try:
-            setup.units = explain(source, level, config=config, disabled=disabled)
-        except QdqoptError as exc:
-            setup.units_note = str(exc)
-    else:
-        setup.units_note = f"{FUSION_PASS} runs at EXTENDED and above"
-    if level >= Level.LAYOUT:
-        try:
-            setup.layout = explain_layout(source, level, config=config, disabled=disabled)
-        except QdqoptError as exc:
-            setup.layout_note = str(exc)
-    else:
-        setup.layout_note = f"{NHWC_PASS} runs at LAYOUT and ALL"
+    setup.units, setup.units_note = _explained(
+        lambda: explain(source, level, config=config, disabled=disabled),
+        level >= Level.EXTENDED,
+        f"{FUSION_PASS} runs at EXTENDED and above",
+    )
+    setup.layout, setup.layout_note = _explained(
+        lambda: explain_layout(source, level, config=config, disabled=disabled),
+        level >= Level.LAYOUT,
+        f"{NHWC_PASS} runs at LAYOUT and ALL",
+    )
     return setup
+
+
+def _explained(call: Callable[[], _T], runs: bool, not_run: str) -> tuple[_T | None, str]:
+    """What ``call`` (an explain) gives and an empty note; or None and why not: the pass it explains does not
+    run at this level (``not_run``), or the error it raised."""
+    if not runs:
+        return None, not_run
+    try:
+        return call(), ""
+    except QdqoptError as exc:
+        return None, str(exc)
 
 
 def collect_report(
