@@ -5,8 +5,8 @@
 * The firing set is not empty by accident (the BERT layers fuse; the near misses do not).
 * Mutations (the mask Mul's value ignored, the merged weights in another order, the k perm not checked, the shared
   mask nodes removed while another consumer reads them, no Cast of an int64 mask; DistilBERT's mask_filter_value;
-  GPT-2's unidirectional flag, mask_filter_value choice, int32 mask Cast and transpose optimized pattern; 1.32's
-  external-use checks) make the comparison fail.
+  GPT-2's unidirectional flag, mask_filter_value choice, int32 mask Cast, transpose optimized pattern, divisor check
+  and DistilBERT output shape; 1.32's external-use checks) make the comparison fail.
 * The events channel names, for each candidate, what it was fused into or which check refused it.
 """
 
@@ -45,9 +45,25 @@ def test_fires_where_expected() -> None:
         assert f"attention/{refused}" not in fused
     for refused in ("distil_named_dims", "distil_equal_b", "distil_softmax_axis", "distil_scale"):
         assert f"attention/{refused}" not in fused
-    gpt = {"gpt_basic", "gpt_unshared", "gpt_mask", "gpt_ones", "gpt_where", "gpt_past", "gpt_past_mask"}
+    gpt = {
+        "gpt_basic",
+        "gpt_unshared",
+        "gpt_mask",
+        "gpt_ones",
+        "gpt_where",
+        "gpt_past",
+        "gpt_past_mask",
+        "gpt_out_concat",
+    }
     assert {f"attention/{name}" for name in gpt} <= fused
-    for refused in ("gpt_tril_other", "gpt_k_perm", "gpt_qkv_heads", "gpt_split_extra", "gpt_past_perm"):
+    for refused in (
+        "gpt_tril_other",
+        "gpt_k_perm",
+        "gpt_qkv_heads",
+        "gpt_split_extra",
+        "gpt_past_perm",
+        "gpt_scale_input",
+    ):
         assert f"attention/{refused}" not in fused
     for refused in ("bert_extra_q_t", "bert_extra_q_add", "bert_extra_k_r", "bert_extra_k_mm"):
         assert f"attention/{refused}" not in fused
@@ -165,6 +181,23 @@ def test_mutation_gpt_transpose_optimized_pattern(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(attention_fusion_helper, "is_supported_op", no_transpose)
     assert differs("attention/gpt_past")
+
+
+def test_mutation_gpt_divisor_initializer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPT-2's q path goes through CheckNodesInPathQ too: its divisor, compared with sqrt(-1), must still be a scalar
+    initializer (a graph input is refused)."""
+    assert not differs("attention/gpt_scale_input")
+    monkeypatch.setattr(
+        attention_fusion_helper, "is_initializer_with_expected_value", lambda graph, name, value, is_constant: True
+    )
+    assert differs("attention/gpt_scale_input")
+
+
+def test_mutation_gpt_distil_output_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPT-2's output Reshape goes through CheckNodesInPathV too: a shape that is DistilBERT's Concat passes."""
+    assert not differs("attention/gpt_out_concat")
+    monkeypatch.setattr(attention_fusion_helper, "check_distil_bert_reshape_shape", lambda graph, reshape, hidden: None)
+    assert differs("attention/gpt_out_concat")
 
 
 def test_mutation_external_use(monkeypatch: pytest.MonkeyPatch) -> None:
