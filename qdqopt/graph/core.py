@@ -403,9 +403,7 @@ class Graph:
         # pass began), and whether it had the types inferred again (``View.PASS``/``View.FILLED``)
         self._pass_new: set[str] | None = None
         self._pass_refreshed = False
-        # ... and whether that inference ran before the application removed or rewired a node (its types are then
-        # the last Resolve's), and whether it did so yet
-        self._pass_refreshed_clean = False
+        # ... and whether the application removed or rewired a node yet
         self._pass_rewired = False
         # ``View.DATA``: the types the last inference with data gave this graph's values (None: none ran), the
         # structure it ran on (kept by the main graph), and the types inferred node by node since, by value and
@@ -639,6 +637,7 @@ class Graph:
             node.outputs.append("")
         old = node.outputs[slot]
         if old and self._producer.get(old) == (node.index, slot):
+            self._record_died(node, only=old)
             del self._producer[old]
             self._disconnect_consumers_of(old)
         node.outputs[slot] = value
@@ -811,14 +810,20 @@ class Graph:
         copied.CopyFrom(type_proto)
         self._kept[name] = copied
 
-    def _record_died(self, node: Node) -> None:
+    def _record_died(self, node: Node, only: str | None = None) -> None:
         """Keep the type a saved value (value_info) had at the last Resolve before its producer goes.
 
         ORT's NodeArg keeps the type the Resolves gave it while a node produced it, which can know more than the
         load-time inference (a Reshape whose shape ReshapeFusion made constant, say); it is never inferred again.
         The types the pass application sees (``View.PASS``, inferred again here once per application when the
-        value's shape is incomplete) stand for that Resolve's."""
-        saved = [v for v in node.outputs if v and v in self.value_info_names and self._producer.get(v) is not None]
+        value's shape is incomplete) stand for that Resolve's, also when inferred after the application's first
+        rewrites (a QDQ node unit fused before the value's own: what it removed does not type the value). A value a
+        pass re-produces (:meth:`set_output`, the DQ -> Reshape -> Q drop) dies here too; ``only`` names it."""
+        saved = [
+            v
+            for v in node.outputs
+            if v and v in self.value_info_names and self._producer.get(v) is not None and only in (None, v)
+        ]
         if not saved or self._pass_new is None:
             return
         if (
@@ -827,8 +832,6 @@ class Graph:
             and not all(_complete(self._types.get(v)) for v in saved)
         ):
             self._refresh_pass_types()
-        if self._pass_refreshed and not self._pass_refreshed_clean:  # inferred after this application's rewrites
-            return
         for value in saved:
             found = self._types.get(value)
             if found is not None and value not in self._pass_new:
@@ -840,7 +843,6 @@ class Graph:
     def _refresh_pass_types(self) -> None:
         """Infer the types ``View.PASS`` reads again (once per pass application)."""
         self._pass_refreshed = True
-        self._pass_refreshed_clean = not self._pass_rewired
         inference.infer_types(inference.root_of(self))
 
     def died_types(self) -> dict[str, onnx.TypeProto]:
@@ -861,7 +863,6 @@ class Graph:
         :class:`~qdqopt.passes.base.GraphTransformer` calls it before ``unsupported`` and each ``apply_impl``."""
         self._pass_new = set()
         self._pass_refreshed = False
-        self._pass_refreshed_clean = False
         self._pass_rewired = False
         if self.parent is None:
             self._pass_began_at = self._structure_stamp()
@@ -1472,7 +1473,6 @@ _CLONED_FIELDS = {
     "_produced_at",
     "_pass_new",
     "_pass_refreshed",
-    "_pass_refreshed_clean",
     "_pass_rewired",
     "_data_types",
     "_data_typed_at",
