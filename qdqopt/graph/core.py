@@ -535,6 +535,7 @@ class Graph:
         ``attr_map`` is the attribute map to copy (for a node made from another node's attributes); without it the
         attributes are inserted into a fresh map in the order given, as a pass filling a ``NodeAttributes`` does.
         """
+        self._before_edit()
         node = Node(
             index=self._next_index,
             name=name,
@@ -578,6 +579,7 @@ class Graph:
 
     def remove_node(self, node: Node) -> None:
         """``Graph::RemoveNode``: the node and all its edges go; its output values stay known (ORT keeps NodeArgs)."""
+        self._before_edit()
         self._record_died(node)
         for slot, value in enumerate(node.outputs):
             if value and self._producer.get(value) == (node.index, slot):
@@ -598,18 +600,21 @@ class Graph:
 
     def set_attribute(self, node: Node, attr: onnx.AttributeProto) -> None:
         """Add or replace an attribute (``node.AddAttributeProto``)."""
+        self._before_edit()
         node.attributes[attr.name] = attr
         node.attr_map.insert(attr.name)
         self.modified = True
 
     def remove_attribute(self, node: Node, name: str) -> None:
         """``node.ClearAttribute``."""
+        self._before_edit()
         if node.attributes.pop(name, None) is not None:
             node.attr_map.erase(name)
             self.modified = True
 
     def set_input(self, node: Node, slot: int, value: str) -> None:
         """Point input ``slot`` of ``node`` at ``value`` (extending the input list if needed)."""
+        self._before_edit()
         while len(node.inputs) <= slot:
             node.inputs.append("")
         node.inputs[slot] = value
@@ -622,6 +627,7 @@ class Graph:
 
     def set_inputs(self, node: Node, values: Sequence[str]) -> None:
         """Replace the node's whole input list, shorter or longer (``node.MutableInputDefs().assign(...)``)."""
+        self._before_edit()
         node.inputs = list(values)
         for value in node.inputs:
             self._arg_map.insert(value)
@@ -633,6 +639,7 @@ class Graph:
 
     def set_output(self, node: Node, slot: int, value: str) -> None:
         """Make ``node`` produce ``value`` at ``slot``; consumers of ``value`` get connected to it."""
+        self._before_edit()
         while len(node.outputs) <= slot:
             node.outputs.append("")
         old = node.outputs[slot]
@@ -649,6 +656,15 @@ class Graph:
             self._known(value)
             self._connect_consumers_of(value)
         self.modified = True
+
+    def _before_edit(self) -> None:
+        """Called before a pass edits the graph: the run's first inference with data (``View.DATA``), if none ran
+        yet, types the graph as the Resolve before this pass application left it, not as the application's first
+        rewrites make it (a Reshape whose Concat ReshapeFusion folds at this step is unshaped until the next)."""
+        root = inference.root_of(self)
+        if root._data_types is None and root._pass_began_at is not None:
+            root._keep_data_types(inference.infer_with_data(root))
+            root._data_typed_at = root._structure_stamp()
 
     def _note(self, kind: str, node: Node) -> None:
         if kind != "+":
@@ -1125,6 +1141,7 @@ class Graph:
 
     def add_initializer(self, tensor: onnx.TensorProto) -> None:
         """``Graph::AddInitializedTensor``: appended at the end."""
+        self._before_edit()
         name = tensor.name
         if name in self._inits:
             raise ModelError(f"initializer {name!r} is defined twice (ORT fails the session)")
