@@ -13,7 +13,8 @@ the results and decides when to run it again:
   leaves untyped (contrib ops); the kernel lookups, InsertCast and the passes' ``View.PASS``/``View.FILLED``
   queries read these (:meth:`Graph.value_type`);
 * **Resolve with shape data** (:func:`infer_with_data`): the graph as it stands, with the data of small constant
-  initializers and ONNX's shape-value propagation; the Level1 rules and the transpose optimizer read these
+  initializers and the shape values ORT's propagation keeps (:func:`_ort_shape_values`: fully known ones, never a
+  symbol, also at load and save); the Level1 rules and the transpose optimizer read these
   (``View.DATA``), and a value made since is typed node by node (:func:`infer_node_output`);
 * **``Graph::UpdateShapeInference``** (:func:`update_shape_inference`): one node again, its outputs' types merged
   (:func:`merge_type`), as ConstantFolding runs it after a fold.
@@ -715,8 +716,8 @@ def bound_elem_type(node: Node, value: str, elem_of: Callable[[str], int | None]
 def infer_with_data(root: Graph) -> onnx.GraphProto:
     """ONNX shape inference over the current graph, with the data of constant initializers and with data
     propagation (ORT's ``InferenceContextImpl::getInputData`` hands constant initializers to the inference functions
-    and 1.32 propagates shape values): the inferred graph (the graph as given when ONNX gives up), for
-    :class:`~qdqopt.graph.core.Graph` to keep per graph (``View.DATA``)."""
+    and 1.32 propagates the shape values it keeps, :func:`_propagated_as_ort`): the inferred graph (the graph as
+    given when ONNX gives up), for :class:`~qdqopt.graph.core.Graph` to keep per graph (``View.DATA``)."""
     model = onnx.ModelProto(ir_version=onnx.IR_VERSION)
     for domain, version in sorted(root.opsets.items()):
         model.opset_import.append(onnx.helper.make_opsetid(domain, version))
