@@ -149,40 +149,10 @@ def corpus_sample(module: str = "") -> frozenset[str]:
 # parametrization of that function on that fixture fails (those passing on one config or level are listed by their
 # full test name instead). The marks are strict: a test that starts passing fails as XPASS, and its line must go. The
 # causes are in docs/ORT_FINDINGS.md ("Transformer fixtures"); `python -m benchmarks.transformer_table` measures all
-# of them. With QDQOPT_FULL=1 the fixtures outside the sample run unmarked.
+# of them. With QDQOPT_FULL=1 the fixtures outside the sample run unmarked. None fails since issue #11's classes
+# (the knownt/ fixtures) were fixed.
 _SWEEPS = {"test_disable_all", "test_basic", "test_extended", "test_whole_levels"}
-_VIT_DYN = (
-    "the initializer 'pos' has data_location=DEFAULT set explicitly (quantize_dynamic writes it): ORT's saved file "
-    "drops the field, qdqopt copies it (tier P, from DISABLE_ALL on)"
-)
-_VIT_QDQ = (
-    "qdqopt's save-time inference gives '/blocks.0/Div_output_0' dims 17x17 where ORT keeps unknown dims (from "
-    "DISABLE_ALL on, not with no pass at all), and ReshapeFusion fires only in ORT on the QDQ Reshapes"
-)
-_LLAMA_NBITS = "ReshapeFusion folds '/layers.1/self_attn/Concat' in qdqopt only (from BASIC on)"
-_ABOVE_DISABLE_ALL = (
-    "test_fixtures_basic",
-    "test_fixtures_each_pass_alone",
-    "test_fixtures_extended",
-    "test_fixtures_each_level2_pass_alone",
-    "test_fixtures",
-)
-_TRANSFORMER_XFAIL: dict[tuple[str, str], str] = {
-    **{(test, "llama_nbits4_ts14"): _LLAMA_NBITS for test in _ABOVE_DISABLE_ALL},
-    **{
-        (test, "vit_dyn_ts13"): _VIT_DYN
-        for test in _ABOVE_DISABLE_ALL
-        if test not in ("test_fixtures_each_pass_alone", "test_fixtures_each_level2_pass_alone")  # tier X holds
-    },
-    ("test_fixtures_disable_all", "vit_dyn_ts13"): _VIT_DYN,
-    **{(test, "vit_qdq_u8u8_ts14"): _VIT_QDQ for test in _ABOVE_DISABLE_ALL if test != "test_fixtures_basic"},
-    # tests/passes/test_qdq_selector_action.py compares every committed model at EXTENDED
-    ("test_committed_model", "llama_nbits4_ts14"): _LLAMA_NBITS,
-    ("test_committed_model", "vit_dyn_ts13"): _VIT_DYN,
-    ("test_committed_model", "vit_qdq_u8u8_ts14"): _VIT_QDQ,
-    ("test_fixtures_disable_all[vit_qdq_u8u8_ts14-default]", "vit_qdq_u8u8_ts14"): _VIT_QDQ,
-    ("test_fixtures_disable_all[vit_qdq_u8u8_ts14-int8-allowed]", "vit_qdq_u8u8_ts14"): _VIT_QDQ,
-}
+_TRANSFORMER_XFAIL: dict[tuple[str, str], str] = {}
 
 
 def _transformer_xfail(item: pytest.Item, name: str) -> str | None:

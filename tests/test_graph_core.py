@@ -1,4 +1,5 @@
-"""The graph core against ORT: topological order on random DAGs, names, external data, targets, load/save."""
+"""The graph core against ORT: topological order on random DAGs, names, external data, targets, load/save; the
+transformer fixtures' graph-core classes (``knownt/``: NodeArg types, shape values, initializers)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ from onnx import TensorProto, helper, numpy_helper
 from qdqopt import run
 from qdqopt.diff import compare
 from qdqopt.errors import ModelError
-from qdqopt.graph import Changes, Graph, load_model, save_model
+from qdqopt.graph import Changes, Graph, inference, load_model, save_model
+from qdqopt.graph import model as model_module
 from qdqopt.reference import run_reference
 from qdqopt.target import Target
+from tests.conftest import fixture_model
+from tests.passes._helpers import knownx
+from tests.passes._helpers.gelu_family import differs
 
 F = TensorProto.FLOAT
 
@@ -223,3 +228,58 @@ def test_changed_events_agree_with_the_op_counts() -> None:
         delta = Counter(op for _, _, op in event.data.added)
         delta.subtract(Counter(op for _, _, op in event.data.removed))
         assert {k: v for k, v in delta.items() if v} == entry.op_delta, entry.name
+
+
+# ------------------------------------------------------ issue #11: the transformer fixtures' classes (knownt/ fixtures)
+_KNOWNT = knownx.cases("dropped_reshape", "shape_values", "initializer_fields", group="knownt")
+
+
+@pytest.mark.parametrize(("name", "level", "config"), _KNOWNT)
+def test_knownt_as_ort(name: str, level: str, config: str) -> None:
+    """NodeArg types of values a QDQ fusion takes the producer of, shape values, large initializers: ORT's saved
+    model byte for byte and its trace, as ORT runs it."""
+    knownx.assert_exact(name, level, config)
+
+
+def _dims(model: onnx.ModelProto, name: str) -> list[int | str | None]:
+    found = next(v for v in (*model.graph.output, *model.graph.value_info) if v.name == name)
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in found.type.tensor_type.shape.dim]
+
+
+def test_knownt_boundary() -> None:
+    """What the fixtures pin is ORT's: a dead Reshape output saved with the dims the last Resolve gave it; shape
+    values propagated when static, not when a symbol is in them."""
+    dropped = run_reference(fixture_model("knownt/dropped_reshape_value_info"), "extended").model
+    assert _dims(dropped, "r") == ["N", 2, 4]
+    assert "r" not in {o for n in dropped.graph.node for o in n.output}
+    kept = run_reference(fixture_model("knownt/shape_values_kept"), "disable_all").model
+    assert _dims(kept, "p_static") == [2, 6] and _dims(kept, "p_static_product") == [12]
+    assert _dims(kept, "p_start") == [6]
+    for name in ("p_symbolic", "p_expand", "p_gathered", "p_static_dim", "p_slice"):
+        assert all(d is None for d in _dims(kept, name)), name
+
+
+def test_knownt_dying_types_need_the_last_resolve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a type kept for a value the drop action re-points (``set_output``), or for one dying after the types
+    were inferred again mid-application, the load-time types are saved."""
+    real = Graph._record_died
+    monkeypatch.setattr(Graph, "_record_died", lambda self, node, only=None: None if only else real(self, node))
+    assert differs("knownt/dropped_reshape_value_info", "extended")
+    monkeypatch.setattr(
+        Graph,
+        "_record_died",
+        lambda self, node, only=None: None if self._pass_refreshed and self._pass_rewired else real(self, node, only),
+    )
+    assert differs("knownt/dropped_reshapes_value_info", "extended")
+
+
+def test_knownt_symbols_are_not_propagated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ONNX's own ``data_prop`` (symbols, partial values, initializers read) is not ORT's."""
+    every = lambda gp, types: {o: () for n in gp.node for o in n.output}  # noqa: E731 (all kept: ONNX's data_prop)
+    monkeypatch.setattr(inference, "_ort_shape_values", every)
+    assert differs("knownt/shape_values_kept", "disable_all")
+
+
+def test_knownt_large_initializers_rewritten(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(model_module, "_REWRITTEN_FIELDS", frozenset({*model_module._REWRITTEN_FIELDS, "doc_string"}))
+    assert differs("knownt/initializer_fields_rewritten", "disable_all")

@@ -403,9 +403,7 @@ class Graph:
         # pass began), and whether it had the types inferred again (``View.PASS``/``View.FILLED``)
         self._pass_new: set[str] | None = None
         self._pass_refreshed = False
-        # ... and whether that inference ran before the application removed or rewired a node (its types are then
-        # the last Resolve's), and whether it did so yet
-        self._pass_refreshed_clean = False
+        # ... and whether the application removed or rewired a node yet
         self._pass_rewired = False
         # ``View.DATA``: the types the last inference with data gave this graph's values (None: none ran), the
         # structure it ran on (kept by the main graph), and the types inferred node by node since, by value and
@@ -537,6 +535,7 @@ class Graph:
         ``attr_map`` is the attribute map to copy (for a node made from another node's attributes); without it the
         attributes are inserted into a fresh map in the order given, as a pass filling a ``NodeAttributes`` does.
         """
+        self._before_edit()
         node = Node(
             index=self._next_index,
             name=name,
@@ -580,6 +579,7 @@ class Graph:
 
     def remove_node(self, node: Node) -> None:
         """``Graph::RemoveNode``: the node and all its edges go; its output values stay known (ORT keeps NodeArgs)."""
+        self._before_edit()
         self._record_died(node)
         for slot, value in enumerate(node.outputs):
             if value and self._producer.get(value) == (node.index, slot):
@@ -600,18 +600,21 @@ class Graph:
 
     def set_attribute(self, node: Node, attr: onnx.AttributeProto) -> None:
         """Add or replace an attribute (``node.AddAttributeProto``)."""
+        self._before_edit()
         node.attributes[attr.name] = attr
         node.attr_map.insert(attr.name)
         self.modified = True
 
     def remove_attribute(self, node: Node, name: str) -> None:
         """``node.ClearAttribute``."""
+        self._before_edit()
         if node.attributes.pop(name, None) is not None:
             node.attr_map.erase(name)
             self.modified = True
 
     def set_input(self, node: Node, slot: int, value: str) -> None:
         """Point input ``slot`` of ``node`` at ``value`` (extending the input list if needed)."""
+        self._before_edit()
         while len(node.inputs) <= slot:
             node.inputs.append("")
         node.inputs[slot] = value
@@ -624,6 +627,7 @@ class Graph:
 
     def set_inputs(self, node: Node, values: Sequence[str]) -> None:
         """Replace the node's whole input list, shorter or longer (``node.MutableInputDefs().assign(...)``)."""
+        self._before_edit()
         node.inputs = list(values)
         for value in node.inputs:
             self._arg_map.insert(value)
@@ -635,10 +639,12 @@ class Graph:
 
     def set_output(self, node: Node, slot: int, value: str) -> None:
         """Make ``node`` produce ``value`` at ``slot``; consumers of ``value`` get connected to it."""
+        self._before_edit()
         while len(node.outputs) <= slot:
             node.outputs.append("")
         old = node.outputs[slot]
         if old and self._producer.get(old) == (node.index, slot):
+            self._record_died(node, only=old)
             del self._producer[old]
             self._disconnect_consumers_of(old)
         node.outputs[slot] = value
@@ -650,6 +656,15 @@ class Graph:
             self._known(value)
             self._connect_consumers_of(value)
         self.modified = True
+
+    def _before_edit(self) -> None:
+        """Called before a pass edits the graph: the run's first inference with data (``View.DATA``), if none ran
+        yet, types the graph as the Resolve before this pass application left it, not as the application's first
+        rewrites make it (a Reshape whose Concat ReshapeFusion folds at this step is unshaped until the next)."""
+        root = inference.root_of(self)
+        if root._data_types is None and root._pass_began_at is not None:
+            root._keep_data_types(inference.infer_with_data(root))
+            root._data_typed_at = root._structure_stamp()
 
     def _note(self, kind: str, node: Node) -> None:
         if kind != "+":
@@ -811,14 +826,20 @@ class Graph:
         copied.CopyFrom(type_proto)
         self._kept[name] = copied
 
-    def _record_died(self, node: Node) -> None:
+    def _record_died(self, node: Node, only: str | None = None) -> None:
         """Keep the type a saved value (value_info) had at the last Resolve before its producer goes.
 
         ORT's NodeArg keeps the type the Resolves gave it while a node produced it, which can know more than the
         load-time inference (a Reshape whose shape ReshapeFusion made constant, say); it is never inferred again.
         The types the pass application sees (``View.PASS``, inferred again here once per application when the
-        value's shape is incomplete) stand for that Resolve's."""
-        saved = [v for v in node.outputs if v and v in self.value_info_names and self._producer.get(v) is not None]
+        value's shape is incomplete) stand for that Resolve's, also when inferred after the application's first
+        rewrites (a QDQ node unit fused before the value's own: what it removed does not type the value). A value a
+        pass re-produces (:meth:`set_output`, the DQ -> Reshape -> Q drop) dies here too; ``only`` names it."""
+        saved = [
+            v
+            for v in node.outputs
+            if v and v in self.value_info_names and self._producer.get(v) is not None and only in (None, v)
+        ]
         if not saved or self._pass_new is None:
             return
         if (
@@ -827,8 +848,6 @@ class Graph:
             and not all(_complete(self._types.get(v)) for v in saved)
         ):
             self._refresh_pass_types()
-        if self._pass_refreshed and not self._pass_refreshed_clean:  # inferred after this application's rewrites
-            return
         for value in saved:
             found = self._types.get(value)
             if found is not None and value not in self._pass_new:
@@ -840,7 +859,6 @@ class Graph:
     def _refresh_pass_types(self) -> None:
         """Infer the types ``View.PASS`` reads again (once per pass application)."""
         self._pass_refreshed = True
-        self._pass_refreshed_clean = not self._pass_rewired
         inference.infer_types(inference.root_of(self))
 
     def died_types(self) -> dict[str, onnx.TypeProto]:
@@ -861,7 +879,6 @@ class Graph:
         :class:`~qdqopt.passes.base.GraphTransformer` calls it before ``unsupported`` and each ``apply_impl``."""
         self._pass_new = set()
         self._pass_refreshed = False
-        self._pass_refreshed_clean = False
         self._pass_rewired = False
         if self.parent is None:
             self._pass_began_at = self._structure_stamp()
@@ -1124,6 +1141,7 @@ class Graph:
 
     def add_initializer(self, tensor: onnx.TensorProto) -> None:
         """``Graph::AddInitializedTensor``: appended at the end."""
+        self._before_edit()
         name = tensor.name
         if name in self._inits:
             raise ModelError(f"initializer {name!r} is defined twice (ORT fails the session)")
@@ -1472,7 +1490,6 @@ _CLONED_FIELDS = {
     "_produced_at",
     "_pass_new",
     "_pass_refreshed",
-    "_pass_refreshed_clean",
     "_pass_rewired",
     "_data_types",
     "_data_typed_at",

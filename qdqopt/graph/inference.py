@@ -13,7 +13,8 @@ the results and decides when to run it again:
   leaves untyped (contrib ops); the kernel lookups, InsertCast and the passes' ``View.PASS``/``View.FILLED``
   queries read these (:meth:`Graph.value_type`);
 * **Resolve with shape data** (:func:`infer_with_data`): the graph as it stands, with the data of small constant
-  initializers and ONNX's shape-value propagation; the Level1 rules and the transpose optimizer read these
+  initializers and the shape values ORT's propagation keeps (:func:`_ort_shape_values`: fully known ones, never a
+  symbol, also at load and save); the Level1 rules and the transpose optimizer read these
   (``View.DATA``), and a value made since is typed node by node (:func:`infer_node_output`);
 * **``Graph::UpdateShapeInference``** (:func:`update_shape_inference`): one node again, its outputs' types merged
   (:func:`merge_type`), as ConstantFolding runs it after a fold.
@@ -147,13 +148,35 @@ def infer_model_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     except Exception:
         return {}
     types = _types_of(inferred.graph, declared)
-    masked = onnx.ModelProto()
-    masked.CopyFrom(proto)
-    if _mask_value_propagation(masked.graph):
+    return _propagated_as_ort(proto, types, declared)
+
+
+#: rounds of :func:`_propagated_as_ort` (a shape a propagated value gave lets a later ``Shape`` keep a value)
+_PROPAGATION_ROUNDS = 4
+
+
+def _propagated_as_ort(
+    proto: onnx.ModelProto, base: dict[str, onnx.TypeProto], declared: set[str]
+) -> dict[str, onnx.TypeProto]:
+    """``base`` (the main graph's types as inference without propagation gives them) with the unknown dims that ORT
+    1.32's shape-value propagation fills (:func:`_ort_shape_values`) filled: ONNX's ``data_prop`` on a copy of
+    ``proto`` where it can use only the values ORT keeps (:func:`_mask_value_propagation`), again while the values
+    kept grow."""
+    types = base
+    kept_before: dict[str, _Value] = {}
+    for _ in range(_PROPAGATION_ROUNDS):
+        kept = _ort_shape_values(proto.graph, types)
+        if kept == kept_before:
+            break
+        kept_before = kept
+        masked = onnx.ModelProto()
+        masked.CopyFrom(proto)
+        _mask_value_propagation(masked.graph, types, kept)
         try:
             propagated = _infer_shapes(masked, data_prop=True)
         except Exception:
-            return types
+            break
+        types = dict(base)
         for name, found in _types_of(propagated.graph, declared).items():
             known = types.get(name)
             if known is not None:
@@ -172,75 +195,215 @@ def _types_of(g: onnx.GraphProto, declared: set[str]) -> dict[str, onnx.TypeProt
     return types
 
 
-#: ops ONNX propagates shape values through (``PartialDataPropagationFunction``), by the inputs that carry them
-_PROPAGATING: dict[str, tuple[int, ...] | None] = {
-    "Cast": (0,),
-    "Gather": (0,),
-    "Slice": (0,),
-    "Squeeze": (0,),
-    "Unsqueeze": (0,),
-    "Concat": None,  # every input
-    "Add": None,
-    "Sub": None,
-    "Mul": None,
-}
+#: ops whose outputs carry shape values: those with an ONNX propagation function (``Slice`` included, which keeps
+#: nothing in ORT: its bounds are initializers, never values kept) and ORT's own (``core/graph/data_propagation/``)
+_VALUE_OPS = frozenset(
+    {"Shape", "Size", "Gather", "Slice", "Unsqueeze", "Squeeze", "Concat", "Cast", "Add", "Sub", "Mul", "Div"}
+)
+_INT_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
+
+#: a shape value as ORT's NodeArg keeps it: a scalar, or a 1-D list of dim values
+_Value = int | tuple[int, ...]
 
 
-#: the operands of those ops whose constant data ORT hands to its value propagation (its own Gather, Squeeze and
-#: Unsqueeze propagation reads the indices and axes); every other constant operand is hidden from it
-_ORT_READS: dict[str, tuple[int, ...]] = {"Gather": (1,), "Squeeze": (1,), "Unsqueeze": (1,)}
+def _attribute(node: onnx.NodeProto, name: str) -> object | None:
+    for attr in node.attribute:
+        if attr.name == name:
+            found: object = onnx.helper.get_attribute_value(attr)
+            return found
+    return None
 
 
-def _mask_value_propagation(gp: onnx.GraphProto) -> bool:
+def _constant_ints(gp: onnx.GraphProto) -> dict[str, list[int]]:
+    """The values of the graph's small constant integer tensors (initializers no graph input overrides, Constant
+    nodes), flattened: what ORT's own propagation reads (``GetConstantInitializer``) for a Gather's indices and a
+    Squeeze's or Unsqueeze's axes."""
+    inputs = {i.name for i in gp.input}
+    out: dict[str, list[int]] = {}
+    tensors = [t for t in gp.initializer if t.name not in inputs]
+    for node in gp.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+            value = _attribute(node, "value")
+            if isinstance(value, onnx.TensorProto):
+                copied = onnx.TensorProto()
+                copied.CopyFrom(value)
+                copied.name = node.output[0]
+                tensors.append(copied)
+            for key in ("value_int", "value_ints"):
+                found = _attribute(node, key)
+                if isinstance(found, int):
+                    out[node.output[0]] = [found]
+                elif isinstance(found, list):
+                    out[node.output[0]] = [int(v) for v in found]
+    for tensor in tensors:
+        if tensor.data_type in _INT_TYPES and len(tensor.dims) <= 1 and _shape_relevant(tensor):
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                continue
+            try:
+                out[tensor.name] = [int(v) for v in onnx.numpy_helper.to_array(tensor).reshape(-1)]
+            except Exception:  # data shorter than its dims: no value
+                continue
+    return out
+
+
+def _known_dims(type_proto: onnx.TypeProto | None) -> list[int | None] | None:
+    if type_proto is None or not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
+        return None
+    return [int(d.dim_value) if d.HasField("dim_value") else None for d in type_proto.tensor_type.shape.dim]
+
+
+def _arith(op: str, a: int, b: int) -> int | None:
+    if op == "Add":
+        return a + b
+    if op == "Sub":
+        return a - b
+    if op == "Mul":
+        return a * b
+    if b == 0:
+        return None
+    quotient = abs(a) // abs(b)  # C++ integer division truncates toward zero
+    return quotient if (a >= 0) == (b >= 0) else -quotient
+
+
+def _ort_shape_values(gp: onnx.GraphProto, types: dict[str, onnx.TypeProto]) -> dict[str, _Value]:
+    """The shape values ORT 1.32's Resolve keeps on the NodeArgs of ``gp`` (``NodeArg::GetInferredShapeValues`` and
+    its scalar twin), node by node in graph order, from the value types ``types`` gives.
+
+    A value is kept only when *every* element is a known number (probed: ``Reshape(z, Shape(y))`` with a symbolic
+    dim in ``y``, a ``Gather`` of the static dim of a partly symbolic shape, a ``Concat`` with such a part, all leave
+    the consumer's shape unknown): ONNX's propagation functions see the values kept so far, never an initializer
+    (a ``Slice`` with constant bounds, a ``Concat``, ``Add`` or ``Mul`` with a constant keep nothing), and ORT's own
+    ``Gather`` (one index), ``Squeeze``/``Unsqueeze`` (scalar <-> one element), ``Size`` and scalar
+    ``Add``/``Sub``/``Mul``/``Div`` propagation read the indices and axes from constant initializers."""
+    constants = _constant_ints(gp)
+    initializer_dims = {t.name: list(t.dims) for t in gp.initializer}
+    values: dict[str, _Value] = {}
+
+    def dims_of(name: str) -> list[int | None] | None:
+        if name in initializer_dims and name not in types:
+            return [int(d) for d in initializer_dims[name]]
+        return _known_dims(types.get(name))
+
+    for node in gp.node:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in _VALUE_OPS or not node.output:
+            continue
+        found = _shape_value(node, values, constants, dims_of)
+        if found is not None:
+            values[node.output[0]] = found
+    return values
+
+
+def _shape_value(
+    node: onnx.NodeProto,
+    values: dict[str, _Value],
+    constants: dict[str, list[int]],
+    dims_of: Callable[[str], list[int | None] | None],
+) -> _Value | None:
+    """The shape value ORT keeps for the node's first output (see :func:`_ort_shape_values`), or None."""
+    op, inputs = node.op_type, list(node.input)
+    first = values.get(inputs[0]) if inputs and inputs[0] else None
+    if op in ("Shape", "Size"):
+        dims = dims_of(inputs[0]) if inputs else None
+        if dims is None:
+            return None
+        if op == "Shape":
+            rank = len(dims)
+            start, end = _attribute(node, "start"), _attribute(node, "end")
+            lo = 0 if not isinstance(start, int) else min(max(start + rank if start < 0 else start, 0), rank)
+            hi = rank if not isinstance(end, int) else min(max(end + rank if end < 0 else end, 0), rank)
+            dims = dims[lo:hi]
+        if any(d is None for d in dims):
+            return None
+        known = [int(d) for d in dims if d is not None]
+        if op == "Shape":
+            return tuple(known)
+        size = 1
+        for d in known:
+            size *= d
+        return size
+    if op == "Cast":
+        return first
+    if op == "Slice":
+        return None
+    if op == "Gather":
+        if not isinstance(first, tuple) or len(inputs) < 2:
+            return None
+        index = values.get(inputs[1])
+        picks = list(index) if isinstance(index, tuple) else constants.get(inputs[1])
+        if picks is None or (isinstance(index, tuple) and not picks):
+            return None
+        rank = len(first)
+        if any(not -rank <= i < rank for i in picks):
+            return None
+        if isinstance(index, tuple):  # ONNX's own propagation: indices kept as a value themselves
+            return tuple(first[i] for i in picks)
+        if len(picks) != 1:
+            return None
+        return first[picks[0]]
+    if op == "Unsqueeze":
+        axes = _attribute(node, "axes")
+        picks = list(axes) if isinstance(axes, list) else (constants.get(inputs[1]) if len(inputs) > 1 else None)
+        if isinstance(first, int) and picks is not None and len(picks) == 1 and picks[0] in (0, -1):
+            return (first,)
+        return None
+    if op == "Squeeze":
+        if isinstance(first, tuple) and len(first) == 1:
+            return first[0]
+        return None
+    if op == "Concat":
+        parts = [values.get(v) for v in inputs]
+        if not parts or any(not isinstance(p, tuple) for p in parts):
+            return None
+        return tuple(d for p in parts if isinstance(p, tuple) for d in p)
+    # Add, Sub, Mul, Div: both operands kept; ONNX's propagation element-wise on 1-D values, ORT's on scalars
+    second = values.get(inputs[1]) if len(inputs) > 1 else None
+    if first is None or second is None:
+        return None
+    if isinstance(first, int) and isinstance(second, int):
+        return _arith(op, first, second)
+    if op == "Div" or not isinstance(first, tuple) or not isinstance(second, tuple):
+        return None
+    if len(first) != len(second) and 1 not in (len(first), len(second)):
+        return None
+    width = max(len(first), len(second))
+    out = []
+    for i in range(width):
+        result = _arith(op, first[i % len(first)], second[i % len(second)])
+        if result is None:
+            return None
+        out.append(result)
+    return tuple(out)
+
+
+def _mask_value_propagation(gp: onnx.GraphProto, types: dict[str, onnx.TypeProto], kept: dict[str, _Value]) -> bool:
     """Make the shape-value propagation ORT 1.32 does not do impossible in ``gp`` (edited in place); True if it
     changed anything.
 
-    ORT runs ONNX's propagation functions with a context whose input data are the values propagated so far, not the
-    initializers (Constant nodes are initializers in ORT), plus its own Gather/Squeeze/Unsqueeze propagation, which
-    reads them. So a ``Slice`` of a shape with constant starts, a ``Concat`` of a shape and a constant, an
-    ``Add``/``Mul`` of a shape by a constant propagate nothing (probed): each such constant operand of a node that
-    reads a shape value becomes a graph input of the same type, which neither propagation nor that node's inference
-    can read (inference without propagation, which reads it, gives the rest).
+    ONNX's ``data_prop`` carries partial values (a symbolic dim, an unknown element for an input it has no value
+    for) and reads initializers; ORT keeps only the values :func:`_ort_shape_values` finds. So every integer value a
+    propagating op writes that ORT keeps no value for is read, by each node, from a graph input of the same type
+    instead, which neither propagation nor inference can see into (``types``, the inference without propagation,
+    gives the rest; ``kept`` is what :func:`_ort_shape_values` found). Subgraphs are left as they are.
     """
-    constants: dict[str, onnx.TypeProto] = {
-        t.name: onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)) for t in gp.initializer
-    }
+    carriers: set[str] = set()
     for node in gp.node:
-        if node.op_type == "Constant" and not node.domain and node.output and node.attribute:
-            attr = node.attribute[0]
-            if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
-                constants[node.output[0]] = onnx.helper.make_tensor_type_proto(attr.t.data_type, list(attr.t.dims))
-            elif attr.name in ("value_int", "value_ints", "value_float", "value_floats"):
-                elem = onnx.TensorProto.INT64 if attr.name.startswith("value_int") else onnx.TensorProto.FLOAT
-                dims = [len(attr.ints) or len(attr.floats)] if attr.name.endswith("s") else []
-                constants[node.output[0]] = onnx.helper.make_tensor_type_proto(elem, dims)
-    shape_values: set[str] = set()
-    changed = False
-    count = 0
+        if node.domain in ("", "ai.onnx") and node.op_type in _VALUE_OPS:
+            carriers.update(v for v in node.output if v and v not in kept)
+    hidden: dict[str, str] = {}
     for node in gp.node:
-        if node.domain not in ("", "ai.onnx"):
-            continue
-        if node.op_type in ("Shape", "Size"):
-            shape_values.update(node.output)
-            continue
-        if node.op_type not in _PROPAGATING:
-            continue
-        carriers = _PROPAGATING[node.op_type]
-        slots = range(len(node.input)) if carriers is None else carriers
-        if not any(slot < len(node.input) and node.input[slot] in shape_values for slot in slots):
-            continue
-        shape_values.update(node.output)
         for slot, name in enumerate(node.input):
-            if not name or name in shape_values or slot in _ORT_READS.get(node.op_type, ()):
+            if name not in carriers:
                 continue
-            if name not in constants:
+            known = types.get(name)
+            if known is None or not known.HasField("tensor_type"):
                 continue
-            hidden = f"{name}/qdqopt_hidden_{count}"
-            count += 1
-            gp.input.append(onnx.helper.make_value_info(hidden, constants[name]))
-            node.input[slot] = hidden
-            changed = True
-    return changed
+            if known.tensor_type.elem_type not in _INT_TYPES:
+                continue
+            if name not in hidden:
+                hidden[name] = f"{name}/qdqopt_hidden"
+                gp.input.append(onnx.helper.make_value_info(hidden[name], known))
+            node.input[slot] = hidden[name]
+    return bool(hidden)
 
 
 def _subgraph_types(gp: onnx.GraphProto, types: dict[str, onnx.TypeProto]) -> None:
@@ -553,20 +716,28 @@ def bound_elem_type(node: Node, value: str, elem_of: Callable[[str], int | None]
 def infer_with_data(root: Graph) -> onnx.GraphProto:
     """ONNX shape inference over the current graph, with the data of constant initializers and with data
     propagation (ORT's ``InferenceContextImpl::getInputData`` hands constant initializers to the inference functions
-    and 1.32 propagates shape values): the inferred graph (the graph as given when ONNX gives up), for
-    :class:`~qdqopt.graph.core.Graph` to keep per graph (``View.DATA``)."""
+    and 1.32 propagates the shape values it keeps, :func:`_propagated_as_ort`): the inferred graph (the graph as
+    given when ONNX gives up), for :class:`~qdqopt.graph.core.Graph` to keep per graph (``View.DATA``)."""
     model = onnx.ModelProto(ir_version=onnx.IR_VERSION)
     for domain, version in sorted(root.opsets.items()):
         model.opset_import.append(onnx.helper.make_opsetid(domain, version))
     model.graph.CopyFrom(_data_graph(root))
     declared = _all_dim_params(model.graph)
+    given = onnx.ModelProto()
+    given.CopyFrom(model)
     try:
-        inferred = _infer_shapes(model, data_prop=True)
+        inferred = _infer_shapes(given)
     except Exception:  # onnx gave up: keep the declared types
-        inferred = model
+        return model.graph
     # the dim names the model declares (an unk__<n> of its value_info included) are the NodeArgs' dim_params in ORT;
     # those ONNX's inference invents here are dims ORT leaves unnamed
     _clear_invented_dims_deep(inferred.graph, declared)
+    base = {v.name: v.type for v in (*inferred.graph.input, *inferred.graph.output, *inferred.graph.value_info)}
+    merged = _propagated_as_ort(model, base, declared)
+    for vi in (*inferred.graph.output, *inferred.graph.value_info):
+        found = merged.get(vi.name)
+        if found is not None and found is not vi.type:
+            vi.type.CopyFrom(found)
     return inferred.graph
 
 

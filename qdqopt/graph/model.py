@@ -614,16 +614,27 @@ def _byte_size(tensor: onnx.TensorProto) -> int:
 _FOUR_BIT = frozenset({onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.FLOAT4E2M1})
 
 
+#: the fields of an initializer ORT writes back from the OrtValue it keeps for a large one
+_REWRITTEN_FIELDS = frozenset({"name", "data_type", "dims", "raw_data"})
+
+
 def _normalise_initializer(tensor: onnx.TensorProto) -> onnx.TensorProto:
-    """Re-encode a typed-field initializer of 128 bytes or more as raw_data, as ORT's save does; any other is
-    returned itself (initializer protos are never edited in place: passes replace them)."""
+    """An initializer of 128 bytes or more as ORT's save writes it, from the OrtValue it keeps for it: typed-field
+    data re-encoded as raw_data, and nothing but name, type, dims and data (an explicit ``data_location`` DEFAULT or
+    a ``doc_string`` is gone, from DISABLE_ALL on: observed on 1.32.0); any other is returned itself (initializer
+    protos are never edited in place: passes replace them)."""
     if (
-        tensor.HasField("raw_data")
-        or tensor.data_location == onnx.TensorProto.EXTERNAL
+        tensor.data_location == onnx.TensorProto.EXTERNAL
         or tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED)
         or _byte_size(tensor) < RAW_THRESHOLD_BYTES
     ):
         return tensor
+    if tensor.HasField("raw_data"):
+        if {d.name for d, _ in tensor.ListFields()} <= _REWRITTEN_FIELDS:
+            return tensor
+        return onnx.TensorProto(
+            name=tensor.name, data_type=tensor.data_type, dims=tensor.dims, raw_data=tensor.raw_data
+        )
     array = tensor_array(tensor)
     raw = numpy_helper.from_array(array, tensor.name)
     out = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from qdqopt.graph import core
+from qdqopt.graph import core, inference
 from tests.passes._helpers.gelu_family import assert_exact, differs, ort_modified
 from tests.passes._helpers.sharing_rules import (
     _corpus_params,
@@ -51,3 +51,33 @@ def test_mutation_shapes_not_inferred_again(monkeypatch: pytest.MonkeyPatch) -> 
     """Keeping ``View.DATA``'s first inference (the second Reshape's input never gets a shape) loses step 2."""
     monkeypatch.setattr(core.Graph, "_data_stale_at_pass_start", lambda self: False)
     assert differs("rules/reshape_fusion_qdq_second_step", "basic")
+
+
+# ------------------------------------------ shape values as ORT keeps them (issue #11's Llama class, knownt/ fixtures)
+_ROOTS = ["knownt/reshape_root_shape_unknown", "knownt/reshape_root_shape_folded"]
+
+
+@pytest.mark.parametrize("config", ["default", "int8-allowed"])
+@pytest.mark.parametrize("level", ["basic", "extended", "all"])
+@pytest.mark.parametrize("name", _ROOTS)
+def test_roots_as_run(name: str, level: str, config: str) -> None:
+    assert_exact(name, level, config)
+
+
+def test_roots_boundary() -> None:
+    """ORT folds both Concats of the twin (in two Level1 steps), none of the near miss."""
+    assert "ReshapeFusion" not in (ort_modified("knownt/reshape_root_shape_unknown", "basic", "default") or ())
+    assert "ReshapeFusion" in (ort_modified("knownt/reshape_root_shape_folded", "basic", "default") or ())
+
+
+def test_mutation_symbols_propagated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ONNX's ``data_prop`` names b's dims (batch, seq): the second Reshape's shape match passes and it is folded."""
+    every = lambda gp, types: {o: () for n in gp.node for o in n.output}  # noqa: E731 (all kept: ONNX's data_prop)
+    monkeypatch.setattr(inference, "_ort_shape_values", every)
+    assert differs("knownt/reshape_root_shape_unknown", "basic")
+
+
+def test_mutation_first_data_inference_after_the_fold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's first inference with data made after the first fold types b already: both folded in one step."""
+    monkeypatch.setattr(core.Graph, "_before_edit", lambda self: None)
+    assert differs("knownt/reshape_root_shape_folded", "basic")
