@@ -234,3 +234,35 @@ def test_knownx_a16w8_nbits_rule_is_needed(name: str, monkeypatch: pytest.Monkey
     comp = knownx.compare(name, "extended")
     assert not comp.report.holds("S")
     assert any("MatMulNBits" in line for line in comp.lines()), comp.lines()
+
+
+# ------------------------------------------------------------------------------- issue #12: found by qdqopt fuzz
+@pytest.mark.parametrize(("name", "level", "config"), knownx.cases("fz_qlinearmatmul_"))
+def test_knownx_qlinearmatmul_params_as_ort(name: str, level: str, config: str) -> None:
+    """QLinearMatMul takes A and Y per tensor, B per tensor or per column of a 2-D weight, as ORT."""
+    knownx.assert_exact(name, level, config)
+
+
+_QLMM_TWINS = ("knownx/fz_qlinearmatmul_weight_axis1", "knownx/fz_qlinearmatmul_one_element_axis0")
+
+
+def test_knownx_qlinearmatmul_boundary() -> None:
+    """ORT makes QLinearMatMul of the twins and of none of the others: the fixtures sit on both sides."""
+    for name in knownx.fixtures("fz_qlinearmatmul_"):
+        ops = {n.op_type for n in run_reference(fixture_model(name), "extended").model.graph.node}
+        assert ("QLinearMatMul" in ops) == (name in _QLMM_TWINS), (name, ops)
+
+
+@pytest.mark.parametrize("name", [n for n in knownx.fixtures("fz_qlinearmatmul_") if n not in _QLMM_TWINS])
+def test_knownx_qlinearmatmul_check_is_needed(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the parameter-shape check qdqopt makes a QLinearMatMul that ORT does not: the comparison fails at S."""
+    monkeypatch.setattr(selectors, "_qlinear_matmul_params_reason", lambda ctx, dqa, dqb, q: None)
+    comp = knownx.compare(name, "extended")
+    assert not comp.report.holds("S")
+    assert any("QLinearMatMul" in line for line in comp.lines()), comp.lines()
+
+
+def test_knownx_qlinearmatmul_refusal_reason() -> None:
+    log = run(fixture_model("knownx/fz_qlinearmatmul_blocked_weight"), "extended").pipeline.events
+    found = [e.text for e in log.of_kind(Kind.NO_MATCH, pass_name="QDQSelectorActionTransformer")]
+    assert any("the weight DQ is blocked" in text for text in found), found

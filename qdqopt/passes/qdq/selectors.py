@@ -578,9 +578,51 @@ class MatMulSelector(NodeGroupSelector):
             y = ctx.q_out_type(qs[0])
             if a != y:
                 return NoMatch(_mismatch("input and output", a, y))
+            r = _qlinear_matmul_params_reason(ctx, dqs[0], dqs[1], qs[0])
+            if r:
+                return NoMatch(r)
         elif clip is not None:
             return NoMatch("a redundant clip without a Q")
         return None
+
+
+def _per_tensor_shape(shape: list[int | None] | None) -> bool:
+    """A scale's or zero point's shape that quantizes per tensor: a scalar, or one element in one dimension."""
+    return shape is not None and (len(shape) == 0 or shape == [1])
+
+
+def _qlinear_matmul_params_reason(ctx: Ctx, dqa: Node, dqb: Node, q: Node) -> str | None:
+    """QLinearMatMul's quantization parameters, as ORT 1.32 takes them (measured, ``knownx/fz_qlinearmatmul_*``):
+    A and Y per tensor; B per tensor, or per column of a 2-D weight (a 1-D ``[N]`` on axis 1). A blocked B, a
+    per-axis B on another axis (even when K == N) or of another rank, a per-axis A or Y: the MatMul stays (the
+    MatMulIntegerToFloat path, without a Q, takes them all)."""
+    graph = ctx.graph
+    for what, n in (("A", dqa), ("Y", q)):
+        for name in (_input(n, 1), _input(n, 2)):
+            if name and not _per_tensor_shape(dim_values(graph.shape(name))):
+                return f"{what} scale/zero point is not per tensor (QLinearMatMul)"
+    if dqb.attr_int("block_size", 0) > 0:
+        return "the weight DQ is blocked (QLinearMatMul)"
+    wshape = dim_values(graph.shape(dqb.inputs[0]))
+    axis = dqb.attr_int("axis", 1)
+    for name in (_input(dqb, 1), _input(dqb, 2)):
+        if not name:
+            continue
+        shape = dim_values(graph.shape(name))
+        if _per_tensor_shape(shape):
+            continue
+        per_column = (
+            shape is not None
+            and wshape is not None
+            and len(wshape) == 2
+            and len(shape) == 1
+            and shape[0] is not None
+            and shape[0] == wshape[1]
+            and axis in (1, -1)
+        )
+        if not per_column:
+            return "B scale/zero point is neither per tensor nor per column of a 2-D weight (QLinearMatMul)"
+    return None
 
 
 def _rank_dims(graph: Graph, name: str) -> list[int] | None:
