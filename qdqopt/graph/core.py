@@ -49,7 +49,7 @@ from qdqopt.errors import ModelError
 from qdqopt.events import Kind, emit, remove_initializer_text, remove_nodearg_text
 from qdqopt.graph import inference
 from qdqopt.graph.order import ort_topological_order
-from qdqopt.graph.schema import OpSchema, lookup, normalize_domain
+from qdqopt.graph.schema import OpSchema, lookup, node_schema, normalize_domain, type_string
 from qdqopt.graph.stdhash import StdUnorderedMap
 
 __all__ = [
@@ -1327,6 +1327,48 @@ class Graph:
                     f"Node ({node.name}) Op (QuantizeLinear) [TypeInferenceError] output_dtype "
                     f"{names(attr.i)} does not match y_zero_point type {names(tensor.data_type)}."
                 )
+        self._check_qlinear_input_types()
+        for node in self._nodes.values():
+            # QLinearAveragePool's schema inference wants rank-0 quantization parameters; the QDQ fusion makes one
+            # from a unit whose DQ/Q parameters have shape [1] or are per axis (ORT 1.32 then fails the session)
+            if node.op_type != "QLinearAveragePool" or normalize_domain(node.domain) != "com.microsoft":
+                continue
+            for name in node.inputs[1:5]:
+                owner = self.initializer_owner(name) if name else None
+                tensor = owner.initializer(name) if owner is not None else None
+                if tensor is not None and len(tensor.dims) != 0:
+                    raise ModelError(
+                        f"Node ({node.name}) Op (QLinearAveragePool) [TypeInferenceError] Scale and Zero-point "
+                        "must be a scalar"
+                    )
+
+    def _check_qlinear_input_types(self) -> None:
+        """Resolve's ``InferAndVerifyTypeMatch`` for the contrib QLinear ops the QDQ fusion makes: an input whose type
+        (an initializer's, or a graph input's as declared) the schema does not allow fails the session, in ORT's
+        words. ORT 1.32 fuses an fp16 QDQ Concat into a QLinearConcat, whose scales must be float
+        (``knownx/fz_qlinearconcat_fp16``)."""
+        declared = {v.name: v.type.tensor_type.elem_type for v in self.inputs if v.type.HasField("tensor_type")}
+        for node in self._nodes.values():
+            if not node.op_type.startswith("QLinear") or normalize_domain(node.domain) != "com.microsoft":
+                continue
+            schema = node_schema(node)
+            if schema is None or not schema.inputs:
+                continue
+            allowed = dict(schema.type_constraints)
+            for slot, name in enumerate(node.inputs):
+                formal = schema.inputs[min(slot, len(schema.inputs) - 1)]
+                if not name or (slot >= len(schema.inputs) and not formal.variadic):
+                    continue
+                owner = self.initializer_owner(name)
+                elem = owner.initializer(name).data_type if owner is not None else declared.get(name, 0)
+                if not elem:
+                    continue
+                found = type_string(onnx.helper.make_tensor_type_proto(elem, None))
+                if found not in allowed.get(formal.type_str, frozenset({formal.type_str})):
+                    raise ModelError(
+                        f"This is an invalid model. Type Error: Type '{found}' of input parameter ({name}) of "
+                        f"operator ({node.op_type}) in node ({node.name}) is invalid."
+                    )
 
     def _refresh_subgraph_reads(self) -> None:
         """Resolve's ``BuildConnections``: innermost graphs first, every node with subgraphs gets its implicit inputs

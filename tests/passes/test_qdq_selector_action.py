@@ -266,3 +266,100 @@ def test_knownx_qlinearmatmul_refusal_reason() -> None:
     log = run(fixture_model("knownx/fz_qlinearmatmul_blocked_weight"), "extended").pipeline.events
     found = [e.text for e in log.of_kind(Kind.NO_MATCH, pass_name="QDQSelectorActionTransformer")]
     assert any("the weight DQ is blocked" in text for text in found), found
+
+
+_UNIT_PREFIXES = ("fz_softmax_", "fz_params_", "fz_lookup_", "fz_avgpool_")
+#: the fixtures ORT fuses (the others keep the unit, or make ORT's session fail)
+_UNIT_FUSED = {
+    "knownx/fz_softmax_scale_1d": "QLinearSoftmax",
+    "knownx/fz_softmax_output_per_axis": "QLinearSoftmax",
+    "knownx/fz_params_add_scale_input": "QLinearAdd",
+    "knownx/fz_params_concat_one_element": "QLinearConcat",
+    "knownx/fz_avgpool_scalar": "QLinearAveragePool",
+}
+
+
+@pytest.mark.parametrize(("name", "level", "config"), knownx.cases(*_UNIT_PREFIXES))
+def test_knownx_unit_params_as_ort(name: str, level: str, config: str) -> None:
+    """Softmax's constant input scale, Add/Mul/Concat's parameter shapes, and the sessions ORT fails after fusing a
+    per-axis Sigmoid/Where or a [1]-parameter AveragePool: qdqopt equals ORT, or fails where ORT fails."""
+    knownx.assert_exact(name, level, config)
+
+
+def test_knownx_unit_params_boundary() -> None:
+    """Each fixture on its side: the fused twins, the units ORT keeps, the sessions ORT fails."""
+    for name in knownx.fixtures(*_UNIT_PREFIXES):
+        if name.startswith(("knownx/fz_lookup_", "knownx/fz_avgpool_one")):
+            assert knownx.ort_modified(name, "extended", "default") is None, name  # ORT fails the session
+            continue
+        ops = {n.op_type for n in run_reference(fixture_model(name), "extended").model.graph.node}
+        fused = _UNIT_FUSED.get(name)
+        assert (fused in ops) if fused else ("DequantizeLinear" in ops and "QuantizeLinear" in ops), (name, ops)
+
+
+@pytest.mark.parametrize(
+    ("name", "target"),
+    [
+        ("knownx/fz_softmax_scale_input", "UnarySelector"),
+        ("knownx/fz_softmax_scale_2d", "UnarySelector"),
+        ("knownx/fz_params_add_one_element", "_params_shape_reason"),
+        ("knownx/fz_params_mul_per_axis_output", "_params_shape_reason"),
+        ("knownx/fz_params_concat_per_axis", "_params_shape_reason"),
+    ],
+)
+def test_knownx_unit_params_check_is_needed(name: str, target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the check qdqopt fuses a unit that ORT keeps: the comparison fails (at S, or qdqopt's session fails
+    where ORT's does not: a QLinearSoftmax with a [1, 1] scale has no kernel)."""
+    if target == "UnarySelector":
+        original = selectors.UnarySelector.check
+
+        def check(self: selectors.UnarySelector, ctx: selectors.Ctx, node, clip, dqs, qs):  # type: ignore[no-untyped-def]
+            node.op_type = "Sigmoid"  # the Softmax branch is skipped; restored below
+            try:
+                return original(self, ctx, node, clip, dqs, qs)
+            finally:
+                node.op_type = "Softmax"
+
+        monkeypatch.setattr(selectors.UnarySelector, "check", check)
+    else:
+        monkeypatch.setattr(selectors, target, lambda ctx, nodes, *, allow_one_element, op: None)
+    assert knownx.differs(name, "extended")
+
+
+@pytest.mark.parametrize("name", ["knownx/fz_lookup_sigmoid_per_axis", "knownx/fz_lookup_where_per_axis_output"])
+def test_knownx_lookup_table_check_is_needed(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ORT fails the session after making the op; without the kernel's check qdqopt would optimize the model."""
+    from qdqopt import partition
+
+    with pytest.raises(ModelError, match="must be a scalar or 1D tensor of size 1"):
+        run(fixture_model(name), "extended")
+    monkeypatch.setattr(partition, "_lookup_table_error", lambda graph, node: None)
+    assert run(fixture_model(name), "extended").model is not None
+
+
+def test_knownx_avgpool_inference_check_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qdqopt.graph.core import Graph
+
+    with pytest.raises(ModelError, match=r"Op \(QLinearAveragePool\) \[TypeInferenceError\] Scale and Zero-point"):
+        run(fixture_model("knownx/fz_avgpool_one_element"), "extended")
+    monkeypatch.setattr(Graph, "_check_quantize_types", lambda self: None)
+    assert run(fixture_model("knownx/fz_avgpool_one_element"), "extended").model is not None
+
+
+@pytest.mark.parametrize(("name", "level", "config"), knownx.cases("fz_qlinearconcat_fp16"))
+def test_knownx_qlinearconcat_fp16_as_ort(name: str, level: str, config: str) -> None:
+    """ORT fuses an fp16 QDQ Concat into QLinearConcat and then rejects its own graph; qdqopt fails the same way."""
+    knownx.assert_exact(name, level, config)
+
+
+def test_knownx_qlinearconcat_fp16_type_check_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qdqopt.graph.core import Graph
+
+    model = fixture_model("knownx/fz_qlinearconcat_fp16")
+    assert knownx.ort_modified("knownx/fz_qlinearconcat_fp16", "extended", "default") is None
+    with pytest.raises(
+        ModelError, match=r"Type 'tensor\(float16\)' of input parameter \(ys\) of operator \(QLinearConc"
+    ):
+        run(model, "extended")
+    monkeypatch.setattr(Graph, "_check_qlinear_input_types", lambda self: None)
+    assert run(model, "extended").model is not None

@@ -448,7 +448,15 @@ class UnarySelector(NodeGroupSelector):
         if dt_in != dt_out:
             return NoMatch(_mismatch("DQ input and Q output", dt_in, dt_out))
         bits = _bits_reason([dt_in], False, False)
-        return NoMatch(bits) if bits else None
+        if bits:
+            return NoMatch(bits)
+        if node.op_type == "Softmax":
+            # measured on 1.32 (knownx/fz_softmax_*): QLinearSoftmax's lookup table needs the input scale as a
+            # constant scalar or one-element 1-D initializer; LeakyRelu and Sigmoid take any
+            scale = constant_initializer(ctx.graph, _input(dqs[0], 1))
+            if scale is None or not (len(scale.dims) == 0 or list(scale.dims) == [1]):
+                return NoMatch("the input scale is not a constant scalar initializer (QLinearSoftmax)", (dqs[0].name,))
+        return None
 
 
 class BinarySelector(NodeGroupSelector):
@@ -462,7 +470,24 @@ class BinarySelector(NodeGroupSelector):
         if a != y:
             return NoMatch(_mismatch("input and output", a, y))
         bits = _bits_reason([a], False, False)
-        return NoMatch(bits) if bits else None
+        if bits:
+            return NoMatch(bits)
+        return _params_shape_reason(ctx, [*dqs, *qs], allow_one_element=False, op=f"QLinear{node.op_type}")
+
+
+def _params_shape_reason(ctx: Ctx, nodes: list[Node], *, allow_one_element: bool, op: str) -> NoMatch | None:
+    """Every scale and zero point of the unit's DQs and Qs has a known shape of rank 0 (or ``[1]`` when
+    ``allow_one_element``): measured on 1.32 (``knownx/fz_params_*``): a per-axis, a ``[1]`` (for QLinearAdd/Mul)
+    or an unshaped parameter keeps the unit as it is, a graph input of rank 0 does not."""
+    for n in nodes:
+        for name in (_input(n, 1), _input(n, 2)):
+            if not name:
+                continue
+            shape = dim_values(ctx.graph.shape(name))
+            if shape is None or not (len(shape) == 0 or (allow_one_element and shape == [1])):
+                what = "a scalar or [1]" if allow_one_element else "a scalar"
+                return NoMatch(f"{n.op_type} {n.name!r} parameter {name!r} is not {what} ({op})", (n.name,))
+    return None
 
 
 class VariadicSelector(NodeGroupSelector):
@@ -479,7 +504,9 @@ class VariadicSelector(NodeGroupSelector):
         if ins[0] != outs[0]:
             return NoMatch(_mismatch("input and output", ins[0], outs[0]))
         bits = _bits_reason([ins[0]], False, False)
-        return NoMatch(bits) if bits else None
+        if bits:
+            return NoMatch(bits)
+        return _params_shape_reason(ctx, [*dqs, *qs], allow_one_element=True, op=f"QLinear{node.op_type}")
 
 
 class WhereSelector(NodeGroupSelector):
