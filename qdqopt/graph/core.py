@@ -1360,7 +1360,8 @@ class Graph:
                 if not name or (slot >= len(schema.inputs) and not formal.variadic):
                     continue
                 owner = self.initializer_owner(name)
-                elem = owner.initializer(name).data_type if owner is not None else declared.get(name, 0)
+                tensor = owner.initializer(name) if owner is not None else None
+                elem = tensor.data_type if tensor is not None else declared.get(name, 0)
                 if not elem:
                     continue
                 found = type_string(onnx.helper.make_tensor_type_proto(elem, None))
