@@ -177,6 +177,14 @@ def _lookup_table_error(graph: Graph, node: Node) -> str | None:
     """``QlinearBuildLookupTable``'s checks at kernel creation (ORT 1.32, measured): a constant scale that is neither
     a scalar nor a one-element 1-D tensor fails the session (the QDQ fusion makes such nodes from per-axis units)."""
     slots = _LOOKUP_TABLE_PARAMS.get(node.op_type) if normalize_domain(node.domain) == "com.microsoft" else None
+    if node.op_type == "QLinearWhere" and slots:
+        for slot in (3, 6):  # the X and Y zero points
+            name = node.inputs[slot] if slot < len(node.inputs) else ""
+            if name and graph.constant_initializer(name) is None:
+                return (
+                    f"ORT 1.32's QLinearWhere kernel crashes the process (segmentation fault) when a zero point is "
+                    f"not a constant initializer: node '{node.name}', input {name!r}"
+                )
     for i, (scale_slot, _) in enumerate(slots or ()):
         name = node.inputs[scale_slot] if scale_slot < len(node.inputs) else ""
         tensor = graph.constant_initializer(name) if name else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
@@ -363,3 +364,54 @@ def test_knownx_qlinearconcat_fp16_type_check_is_needed(monkeypatch: pytest.Monk
         run(model, "extended")
     monkeypatch.setattr(Graph, "_check_qlinear_input_types", lambda self: None)
     assert run(model, "extended").model is not None
+
+
+def _where_zp_input() -> onnx.ModelProto:
+    """A QDQ Where unit whose first DQ's zero point is a graph input (fuzz seed 1 case 94, shrunk)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [
+        numpy_helper.from_array(np.ones((1, 1, 1, 4), bool), "c"),
+        numpy_helper.from_array(np.array(0.2, np.float32), "s1"),
+        numpy_helper.from_array(np.array(0.1, np.float32), "s2"),
+        numpy_helper.from_array(np.array(0.05, np.float32), "sy"),
+        numpy_helper.from_array(np.array(128, np.uint8), "zy"),
+    ]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["a", "s1", "z1"], ["ad"], name="dq_a"),
+        helper.make_node("DequantizeLinear", ["b", "s2"], ["bd"], name="dq_b"),
+        helper.make_node("Where", ["c", "bd", "ad"], ["w"], name="where"),
+        helper.make_node("QuantizeLinear", ["w", "sy", "zy"], ["y"], name="q_y"),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("a", TensorProto.UINT8, [1, 3, 4, 4]),
+        helper.make_tensor_value_info("b", TensorProto.UINT8, [1, 3, 4, 4]),
+        helper.make_tensor_value_info("z1", TensorProto.UINT8, []),
+    ]
+    g = helper.make_graph(
+        nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 3, 4, 4])], inits
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+def test_qlinearwhere_zero_point_input_crashes_ort_and_qdqopt_says_so(tmp_path: Path) -> None:
+    """ORT 1.32 fuses the unit into QLinearWhere, whose kernel then crashes the process at session creation (an ORT
+    finding, checked live in a child process); qdqopt refuses the model saying so. At BASIC nothing is fused and
+    both run it."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_where_zp_input(), str(path))
+    script = (
+        "import sys, onnxruntime as ort\n"
+        "so = ort.SessionOptions()\n"
+        "so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, sys.argv[2])\n"
+        "ort.InferenceSession(sys.argv[1], so, providers=['CPUExecutionProvider'])\n"
+    )
+    for level in ("ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED"):
+        done = subprocess.run([sys.executable, "-c", script, str(path), level], check=False, capture_output=True)
+        assert (done.returncode < 0) == (level == "ORT_ENABLE_EXTENDED"), (level, done.returncode)
+    with pytest.raises(ModelError, match="QLinearWhere kernel crashes the process"):
+        run(_where_zp_input(), "extended")
+    assert run(_where_zp_input(), "basic").model is not None
