@@ -415,3 +415,18 @@ def test_qlinearwhere_zero_point_input_crashes_ort_and_qdqopt_says_so(tmp_path: 
     with pytest.raises(ModelError, match="QLinearWhere kernel crashes the process"):
         run(_where_zp_input(), "extended")
     assert run(_where_zp_input(), "basic").model is not None
+
+
+@pytest.mark.parametrize(("name", "level", "config"), knownx.cases("fz_nbits_"))
+def test_knownx_nbits_fp16_units_as_ort(name: str, level: str, config: str) -> None:
+    """DQMatMulToMatMulNBits leaves an fp16 MatMul with an activation DQ or a Q; fp32, or fp16 alone, fuse."""
+    knownx.assert_exact(name, level, config)
+
+
+def test_knownx_nbits_fp16_boundary_and_check_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in knownx.fixtures("fz_nbits_"):
+        ops = {n.op_type for n in run_reference(fixture_model(name), "extended").model.graph.node}
+        assert ("MatMulNBits" in ops) == ("fp16_act_dq" not in name and "fp16_q" not in name), (name, ops)
+    monkeypatch.setattr(selectors, "fp16_nbits_unit", lambda ctx, weight, in_unit: False)
+    for name in ("knownx/fz_nbits_fp16_act_dq", "knownx/fz_nbits_fp16_q"):
+        assert knownx.differs(name, "extended"), name

@@ -724,8 +724,9 @@ class DQMatMulNBitsSelector(NodeGroupSelector):
     """``DQMatMulNodeGroupSelector``: a constant 2/4/8-bit weight behind its own DQ feeding input B.
 
     Observed on 1.32 (beyond the source snapshot of the notes): the rest of the unit may be a 16-bit QDQ unit (an
-    int16/uint16 activation DQ on A, int16/uint16 Qs on the output), which no QLinear op could take; an 8-bit
-    activation DQ or an 8-bit Q blocks the rule. Only the weight DQ is selected (and removed).
+    int16/uint16 activation DQ on A, int16/uint16 Qs on the output), which no QLinear op could take, in fp32 only
+    (an fp16 unit with an activation DQ or a Q stays); an 8-bit activation DQ or an 8-bit Q blocks the rule. Only
+    the weight DQ is selected (and removed).
     """
 
     def select(self, ctx: Ctx, node: Node) -> Selection | NoMatch:
@@ -756,6 +757,12 @@ class DQMatMulNBitsSelector(NodeGroupSelector):
                 f"the activation DQ is {dtype_name(ctx.dq_in_type(act[0]))} (8-bit QDQ units belong to MatMul/Gemm)",
                 (act[0].name,),
             )
+        if fp16_nbits_unit(ctx, weight, bool(act or qs)):
+            return NoMatch(
+                "an fp16 16-bit QDQ unit (an activation DQ or a Q with the weight's DQ): ORT 1.32 leaves it "
+                "(measured, knownx/fz_nbits_fp16_*)",
+                (weight.name,),
+            )
         if len(graph.output_edges(weight)) != 1 or produces_graph_output(graph, weight):
             return NoMatch(
                 "the weight DQ does not have exactly one output edge (or produces a graph output)", (weight.name,)
@@ -777,6 +784,11 @@ class DQMatMulNBitsSelector(NodeGroupSelector):
                     return NoMatch("the Gemm bias is not [N]")
         reason = validate_dq_for_nbits(ctx, weight)
         return NoMatch(reason) if reason else None
+
+
+def fp16_nbits_unit(ctx: Ctx, weight: Node, in_unit: bool) -> bool:
+    """An fp16 weight DQ (its scale's type) in a 16-bit QDQ unit (``in_unit``: an activation DQ or a Q)."""
+    return in_unit and ctx.graph.elem_type(_input(weight, 1)) == TP.FLOAT16
 
 
 def validate_dq_for_nbits(ctx: Ctx, dq: Node) -> str | None:
