@@ -178,8 +178,14 @@ def _lookup_table_error(graph: Graph, node: Node) -> str | None:
     a scalar nor a one-element 1-D tensor fails the session (the QDQ fusion makes such nodes from per-axis units)."""
     slots = _LOOKUP_TABLE_PARAMS.get(node.op_type) if normalize_domain(node.domain) == "com.microsoft" else None
     if node.op_type == "QLinearWhere" and slots:
-        for slot in (3, 6):  # the X and Y zero points
-            name = node.inputs[slot] if slot < len(node.inputs) else ""
+        # measured: with the output's scale constant (and its zero point constant or absent), a zero point of X or
+        # Y that is not constant crashes the kernel's construction; with the output's scale or zero point not
+        # constant the session is created
+        inputs = [*node.inputs, "", ""]
+        fixed_output = all(not inputs[s] or graph.constant_initializer(inputs[s]) is not None for s in (7, 8))
+        fixed_output = fixed_output and bool(inputs[7])
+        for slot in (3, 6) if fixed_output else ():  # the X and Y zero points
+            name = inputs[slot]
             if name and graph.constant_initializer(name) is None:
                 return (
                     f"ORT 1.32's QLinearWhere kernel crashes the process (segmentation fault) when a zero point is "

@@ -366,8 +366,9 @@ def test_knownx_qlinearconcat_fp16_type_check_is_needed(monkeypatch: pytest.Monk
     assert run(model, "extended").model is not None
 
 
-def _where_zp_input() -> onnx.ModelProto:
-    """A QDQ Where unit whose first DQ's zero point is a graph input (fuzz seed 1 case 94, shrunk)."""
+def _where_zp_input(output_scale_input: bool = False) -> onnx.ModelProto:
+    """A QDQ Where unit whose first DQ's zero point is a graph input (fuzz seed 1 case 94, shrunk); with
+    ``output_scale_input`` its Q's scale is a graph input too, and it has no zero point (fuzz seed 2 case 71)."""
     from onnx import TensorProto, helper, numpy_helper
 
     inits = [
@@ -381,13 +382,16 @@ def _where_zp_input() -> onnx.ModelProto:
         helper.make_node("DequantizeLinear", ["a", "s1", "z1"], ["ad"], name="dq_a"),
         helper.make_node("DequantizeLinear", ["b", "s2"], ["bd"], name="dq_b"),
         helper.make_node("Where", ["c", "bd", "ad"], ["w"], name="where"),
-        helper.make_node("QuantizeLinear", ["w", "sy", "zy"], ["y"], name="q_y"),
+        helper.make_node("QuantizeLinear", ["w", "sy"] if output_scale_input else ["w", "sy", "zy"], ["y"], name="q_y"),
     ]
     inputs = [
         helper.make_tensor_value_info("a", TensorProto.UINT8, [1, 3, 4, 4]),
         helper.make_tensor_value_info("b", TensorProto.UINT8, [1, 3, 4, 4]),
         helper.make_tensor_value_info("z1", TensorProto.UINT8, []),
     ]
+    if output_scale_input:
+        inits = [t for t in inits if t.name != "sy"]
+        inputs.append(helper.make_tensor_value_info("sy", TensorProto.FLOAT, []))
     g = helper.make_graph(
         nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 3, 4, 4])], inits
     )
@@ -415,6 +419,12 @@ def test_qlinearwhere_zero_point_input_crashes_ort_and_qdqopt_says_so(tmp_path: 
     with pytest.raises(ModelError, match="QLinearWhere kernel crashes the process"):
         run(_where_zp_input(), "extended")
     assert run(_where_zp_input(), "basic").model is not None
+    # the output's scale a graph input: the kernel builds no lookup table, ORT creates the session, and so does qdqopt
+    onnx.save(_where_zp_input(output_scale_input=True), str(path))
+    done = subprocess.run([sys.executable, "-c", script, str(path), "ORT_ENABLE_EXTENDED"], check=False)
+    assert done.returncode == 0
+    comp = knownx.compare(_where_zp_input(output_scale_input=True), "extended")
+    assert comp.report.holds("X") and comp.trace_matches, comp.lines()
 
 
 @pytest.mark.parametrize(("name", "level", "config"), knownx.cases("fz_nbits_"))
