@@ -171,14 +171,10 @@ def _drift(
     except Exception as exc:
         return {"kind": "ort-own-output", "detail": _first_line(exc)}
     n_q = sum(1 for n in model.graph.node if n.op_type == "QuantizeLinear") + 1
-    scales = [
-        float(np.max(np.abs(onnx.numpy_helper.to_array(t).astype(np.float64))))
-        for t in model.graph.initializer
-        if "scale" in t.name and t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
-    ]
-    step = max(scales, default=1.0)
-    for i, (a, b) in enumerate(zip(got, expected, strict=False)):
+    step = max(_scale_values(model, feeds), default=1.0)
+    for i, (raw_a, raw_b) in enumerate(zip(got, expected, strict=False)):
         name = model.graph.output[i].name
+        a, b = _as_numbers(raw_a, model.graph.output[i]), _as_numbers(raw_b, model.graph.output[i])
         if a.shape != b.shape:
             return {"kind": "ort-drift", "detail": f"output {name}: shape {list(a.shape)} vs {list(b.shape)}"}
         if a.dtype.kind == "f" or b.dtype.kind == "f":
@@ -198,6 +194,40 @@ def _drift(
             if err > n_q:
                 return {"kind": "ort-drift", "detail": f"output {name}: {err:.0f} integer steps apart (> {n_q})"}
     return None
+
+
+def _scale_values(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[float]:
+    """The largest magnitude of every Q/DQ scale of the main graph, wherever it comes from: an initializer, a
+    Constant node, or a graph input (as fed)."""
+    values: dict[str, np.ndarray] = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].type == onnx.AttributeProto.TENSOR:
+            values[node.output[0]] = onnx.numpy_helper.to_array(node.attribute[0].t)
+    values.update(feeds)
+    found = []
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) > 1:
+            value = values.get(node.input[1])
+            if value is not None and value.size and value.dtype.kind == "f":
+                found.append(float(np.max(np.abs(value.astype(np.float64)))))
+    return found
+
+
+def _as_numbers(value: np.ndarray, output: onnx.ValueInfoProto) -> np.ndarray:
+    """An output as ORT's Python binding hands it over, as numbers: float8 outputs come as their raw bytes (uint8),
+    which are decoded (two NaNs of another sign bit are no drift)."""
+    elem = output.type.tensor_type.elem_type
+    if elem in _FLOAT8 and value.dtype == np.uint8:
+        return value.view(onnx.helper.tensor_dtype_to_np_dtype(elem)).astype(np.float32)
+    return value
+
+
+_FLOAT8 = (
+    onnx.TensorProto.FLOAT8E4M3FN,
+    onnx.TensorProto.FLOAT8E4M3FNUZ,
+    onnx.TensorProto.FLOAT8E5M2,
+    onnx.TensorProto.FLOAT8E5M2FNUZ,
+)
 
 
 def handle(task: Mapping[str, Any]) -> dict[str, Any]:

@@ -440,3 +440,22 @@ def test_knownx_nbits_fp16_boundary_and_check_is_needed(monkeypatch: pytest.Monk
     monkeypatch.setattr(selectors, "fp16_nbits_unit", lambda ctx, weight, in_unit: False)
     for name in ("knownx/fz_nbits_fp16_act_dq", "knownx/fz_nbits_fp16_q"):
         assert knownx.differs(name, "extended"), name
+
+
+@pytest.mark.parametrize(("name", "level", "config"), knownx.cases("fz_output_dtype_"))
+def test_knownx_output_dtype_without_zero_point_as_ort(name: str, level: str, config: str) -> None:
+    """A Q with output_dtype and no zero point fused into a contrib QLinear op: ORT fails unless it is uint8."""
+    knownx.assert_exact(name, level, config)
+
+
+def test_knownx_output_dtype_type_check_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qdqopt.graph.core import Graph
+
+    assert knownx.ort_modified("knownx/fz_output_dtype_uint8_sigmoid", "extended", "int8-allowed") is not None
+    for name in knownx.fixtures("fz_output_dtype_int8_"):
+        assert knownx.ort_modified(name, "extended", "int8-allowed") is None, name
+        with pytest.raises(ModelError, match="Type Error: Type"):
+            run(fixture_model(name), "extended", config=knownx.CONFIGS["int8-allowed"])
+    monkeypatch.setattr(Graph, "_check_qlinear_input_types", lambda self: None)
+    for name in knownx.fixtures("fz_output_dtype_int8_"):
+        assert run(fixture_model(name), "extended", config=knownx.CONFIGS["int8-allowed"]).model is not None
