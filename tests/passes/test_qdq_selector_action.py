@@ -434,9 +434,10 @@ def test_knownx_nbits_fp16_units_as_ort(name: str, level: str, config: str) -> N
 
 
 def test_knownx_nbits_fp16_boundary_and_check_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    stays = ("fp16_act_dq", "fp16_q", "q_and_output", "q_and_relu")
     for name in knownx.fixtures("fz_nbits_"):
         ops = {n.op_type for n in run_reference(fixture_model(name), "extended").model.graph.node}
-        assert ("MatMulNBits" in ops) == ("fp16_act_dq" not in name and "fp16_q" not in name), (name, ops)
+        assert ("MatMulNBits" in ops) == (not name.endswith(stays)), (name, ops)
     monkeypatch.setattr(selectors, "fp16_nbits_unit", lambda ctx, weight, in_unit: False)
     for name in ("knownx/fz_nbits_fp16_act_dq", "knownx/fz_nbits_fp16_q"):
         assert knownx.differs(name, "extended"), name
@@ -459,3 +460,11 @@ def test_knownx_output_dtype_type_check_is_needed(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(Graph, "_check_qlinear_input_types", lambda self: None)
     for name in knownx.fixtures("fz_output_dtype_int8_"):
         assert run(fixture_model(name), "extended", config=knownx.CONFIGS["int8-allowed"]).model is not None
+
+
+@pytest.mark.parametrize("name", ["knownx/fz_nbits_q_and_output", "knownx/fz_nbits_q_and_relu"])
+def test_knownx_nbits_q_side_check_is_needed(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without CanCreateNodeGroup's Q-side checks qdqopt makes MatMulNBits where ORT keeps the MatMul."""
+    assert not knownx.differs(name)
+    monkeypatch.setattr(selectors, "can_create_node_group", lambda graph, node, clip, dqs, qs: None)
+    assert knownx.differs(name)

@@ -757,6 +757,12 @@ class DQMatMulNBitsSelector(NodeGroupSelector):
                 f"the activation DQ is {dtype_name(ctx.dq_in_type(act[0]))} (8-bit QDQ units belong to MatMul/Gemm)",
                 (act[0].name,),
             )
+        if qs:
+            # CanCreateNodeGroup's checks of the Q side (measured: the target's output read by a Q and by another
+            # node, or by a Q and as a graph output, keeps the MatMul; knownx/fz_nbits_q_and_*)
+            no_match = can_create_node_group(graph, node, None, [], qs)
+            if no_match is not None:
+                return no_match
         if fp16_nbits_unit(ctx, weight, bool(act or qs)):
             return NoMatch(
                 "an fp16 16-bit QDQ unit (an activation DQ or a Q with the weight's DQ): ORT 1.32 leaves it "
