@@ -1349,7 +1349,9 @@ class Graph:
         """Resolve's ``InferAndVerifyTypeMatch`` for the contrib QLinear ops the QDQ fusion makes, in ORT's words:
 
         * an input whose type (an initializer's, or a graph input's as declared) the schema does not allow: ORT 1.32
-          fuses an fp16 QDQ Concat into a QLinearConcat, whose scales must be float (``knownx/fz_qlinearconcat_fp16``);
+          fuses an fp16 QDQ Concat into a QLinearConcat, whose scales must be float (``knownx/fz_qlinearconcat_fp16``),
+          and WeightBiasQuantization gives an fp16 Conv's bias an fp16-scale DQ of the ONNX domain, which before
+          opset 19 wants a float scale (``knownx/fz_wbq_fp16_bias_opset15``);
         * an output zero point left out: the contrib op's inference types the output uint8, so an int8 input bound
           to the same type parameter, or an int8 output NodeArg, fails (a Q with ``output_dtype=INT8`` and no zero
           point fused with int8 allowed: ``knownx/fz_output_dtype_int8_*``).
@@ -1371,14 +1373,15 @@ class Graph:
             return str(type_string(onnx.helper.make_tensor_type_proto(elem, None)))
 
         for node in self._nodes.values():
-            if not node.op_type.startswith("QLinear") or normalize_domain(node.domain) != "com.microsoft":
+            qlinear = node.op_type.startswith("QLinear") and normalize_domain(node.domain) == "com.microsoft"
+            if not qlinear and node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
                 continue
             schema = node_schema(node)
             if schema is None or not schema.inputs:
                 continue
             allowed = dict(schema.type_constraints)
             zps = [k for k, f in enumerate(schema.inputs) if f.name.lower() in _OUTPUT_ZERO_POINTS]
-            out_zp = zps[-1] if zps else None  # QLinearWhere's y_zero_point is its input Y's, z_zero_point its output's
+            out_zp = zps[-1] if zps and qlinear else None  # QLinearWhere's z_zero_point is its output's
             bound: dict[str, int] = {}
             for slot, name in enumerate(node.inputs):
                 formal = schema.inputs[min(slot, len(schema.inputs) - 1)]
