@@ -36,7 +36,7 @@ from qdqopt.errors import ModelError
 from qdqopt.graph import Graph, Model, Node
 from qdqopt.graph.function_inlining import FunctionKey, function_key, inline_function, local_function
 from qdqopt.graph.inference import infer_types
-from qdqopt.graph.schema import parse_type_string
+from qdqopt.graph.schema import normalize_domain, parse_type_string
 from qdqopt.kernels import CPU, can_be_inlined, function_body, node_has_cpu_kernel
 
 __all__ = ["check_kernels", "infer_types", "inline_functions_aot", "parse_type_string", "partition"]
@@ -156,3 +156,48 @@ def check_kernels(graph: Graph) -> None:
             )
         for sub in node.subgraphs.values():
             check_kernels(sub)
+    for node in graph.nodes():
+        reason = _lookup_table_error(graph, node)
+        if reason is not None:
+            raise ModelError(f"Exception during initialization: {reason}")
+
+
+#: contrib QLinear ops whose CPU kernel builds a lookup table from constant quantization parameters when it is
+#: created: (input slot of each scale, its zero point) per quantized input, then the output's (QLinearSoftmax checks
+#: only its input's)
+_LOOKUP_TABLE_PARAMS: dict[str, tuple[tuple[int, int], ...]] = {
+    "QLinearSigmoid": ((1, 2), (3, 4)),
+    "QLinearLeakyRelu": ((1, 2), (3, 4)),
+    "QLinearSoftmax": ((1, 2),),
+    "QLinearWhere": ((2, 3), (5, 6), (7, 8)),
+}
+
+
+def _lookup_table_error(graph: Graph, node: Node) -> str | None:
+    """``QlinearBuildLookupTable``'s checks at kernel creation (ORT 1.32, measured): a constant scale that is neither
+    a scalar nor a one-element 1-D tensor fails the session (the QDQ fusion makes such nodes from per-axis units)."""
+    slots = _LOOKUP_TABLE_PARAMS.get(node.op_type) if normalize_domain(node.domain) == "com.microsoft" else None
+    if node.op_type == "QLinearWhere" and slots:
+        # measured: with the output's scale constant (and its zero point constant or absent), a zero point of X or
+        # Y that is not constant crashes the kernel's construction; with the output's scale or zero point not
+        # constant the session is created
+        inputs = [*node.inputs, "", ""]
+        fixed_output = all(not inputs[s] or graph.constant_initializer(inputs[s]) is not None for s in (7, 8))
+        fixed_output = fixed_output and bool(inputs[7])
+        for slot in (3, 6) if fixed_output else ():  # the X and Y zero points
+            name = inputs[slot]
+            if name and graph.constant_initializer(name) is None:
+                return (
+                    f"ORT 1.32's QLinearWhere kernel crashes the process (segmentation fault) when a zero point is "
+                    f"not a constant initializer: node '{node.name}', input {name!r}"
+                )
+    for i, (scale_slot, _) in enumerate(slots or ()):
+        name = node.inputs[scale_slot] if scale_slot < len(node.inputs) else ""
+        tensor = graph.constant_initializer(name) if name else None
+        if tensor is not None and not (len(tensor.dims) == 0 or list(tensor.dims) == [1]):
+            which = "X_scale" if i == 0 else "Y_scale"
+            return (
+                f"IsScalarOr1ElementVector(tensor_{which.lower()}) was false. {node.op_type} "
+                f"'{node.name}': input {which} must be a scalar or 1D tensor of size 1"
+            )
+    return None

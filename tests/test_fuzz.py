@@ -24,7 +24,7 @@ from qdqopt.errors import UsageError
 from qdqopt.fuzz.cli import parse_shard
 from qdqopt.fuzz.runner import FINDING_KINDS, ORT_KINDS, Finding, FuzzRun, Worker, run_case, shard_cases
 from qdqopt.fuzz.session import fuzz
-from qdqopt.fuzz.shrink import candidates, prune
+from qdqopt.fuzz.shrink import _outer_names, candidates, prune
 from qdqopt.fuzz.strategies import generate
 from qdqopt.fuzz.worker import check_pair
 
@@ -154,7 +154,13 @@ def test_shrink_candidates_are_smaller_and_prune_keeps_outputs() -> None:
         assert cand.graph.output
     assert seen > 0
     pruned = prune(onnx.ModelProto.FromString(model.SerializeToString()))
-    assert len(pruned.graph.node) == n  # nothing was dead
+    produced = {o for node in pruned.graph.node for o in node.output} | {i.name for i in pruned.graph.input}
+    assert {o.name for o in model.graph.output} <= produced | {t.name for t in pruned.graph.initializer}
+    read = {i for node in pruned.graph.node for i in node.input} | {o.name for o in pruned.graph.output}
+    read |= _outer_names(pruned.graph)  # what If branches and Loop bodies read
+    assert all(any(o in read for o in node.output) for node in pruned.graph.node)  # what is left is used
+    again = prune(onnx.ModelProto.FromString(pruned.SerializeToString()))
+    assert again.SerializeToString() == pruned.SerializeToString()
 
 
 def test_summary_and_exit_code_of_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

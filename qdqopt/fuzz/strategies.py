@@ -4,21 +4,23 @@
 a chain or DAG of the float ops ORT's QDQ passes look at, each data input behind ``QuantizeLinear ->
 DequantizeLinear``, weights behind a ``DequantizeLinear`` of a constant. The model-wide draws come first (opset 13 to
 23, Q/DQ domain ONNX or ``com.microsoft``, activation and weight types u8/s8/u16/s16/u4/s4/float8 where the opset
-and ORT take them, fp32 or fp16, a symbolic batch dim), then 1 to ``max_ops`` steps, each an op from
-:data:`OPS` on tensors already made. Quantization parameters come as initializers, Constant nodes or graph inputs,
-zero points are sometimes left out, scales are shared between a Q and its DQ or not, and values are drawn at the
-boundaries the passes test: zero points at the ends of their range and at .5 ties of a float, scales of exactly
-``FLT_EPSILON`` or one step of ``2**-k``, Clip bounds exactly at the quantized range's ends. Graph outputs come
-from anywhere (a Q's output, a DQ's, an activation's), a DQ feeds several consumers when a value is used twice, and
-an ``If`` whose branches use outer values stands in for subgraphs.
+and ORT take them, 4-bit activations included, fp32 or fp16, a symbolic batch dim, a symbolic sequence dim), then 1
+to ``max_ops`` steps, each an op from :data:`OPS` on tensors already made. Quantization parameters come as
+initializers, Constant nodes or graph inputs, zero points are sometimes left out (a uint8 Q's, or from opset 21 any
+Q's, which then says its type with ``output_dtype``), scales are shared between a Q and its DQ or not, and values
+are drawn at the boundaries the passes test: zero points at the ends of their range and at .5 ties of a float,
+scales of exactly ``FLT_EPSILON`` or one step of ``2**-k``, Clip bounds exactly at the quantized range's ends. Graph
+outputs come from anywhere (a Q's output, a DQ's, an activation's), a DQ feeds several consumers when a value is
+used twice, ``If`` branches and ``Loop`` bodies dequantize outer values, and bfloat16 appears where ORT's CPU EP
+takes it (its only bf16 kernel is Cast): constants cast to the float type, and values cast through bf16 and back.
 
 :func:`graphs` wraps the builder as a Hypothesis strategy (its choices are Hypothesis draws, so Hypothesis can shrink
-them); :func:`generate` collects a seeded, deterministic run of it.
+them, or, with ``uniform``, a seeded ``random.Random``); :func:`generate` is a seeded, deterministic run of the
+builder over seeded ``random.Random`` choices (no Hypothesis).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -217,6 +219,8 @@ class Builder:
         scale = self.const("scale", scales.reshape(shape), how=how)
         if qtype == TensorProto.UINT8 and self.ch.chance(25):
             return scale, None
+        if self.opset >= 21 and self.qdomain == "" and self.ch.chance(10):
+            return scale, None  # no zero point: a Q says its type with output_dtype, a DQ reads it from its input
         if qtype in FLOAT8:
             zp = self.typed_const("zp", [0.0] * count, qtype, shape, how="constant" if how == "constant" else "init")
             return scale, zp
@@ -241,6 +245,8 @@ class Builder:
         attrs: dict[str, Any] = {}
         if qtype in FLOAT8 and self.ch.chance(30):
             attrs["saturate"] = 0
+        if zp_name is None and qtype != TensorProto.UINT8:
+            attrs["output_dtype"] = qtype
         (q,) = self.node("QuantizeLinear", ins, domain=self.qdomain, **attrs)
         return QParams(q, qtype, scale, zp_name)
 
@@ -452,6 +458,9 @@ def op_binary(b: Builder) -> bool:
             qtype = TensorProto.UINT8 if b.act_type == TensorProto.UINT8 else TensorProto.INT8
             scale, zp = b.qparams_const(qtype)
             other = b.dequantize(QParams(q, qtype, scale, zp), shape).name
+        elif b.ch.chance(25):  # a bfloat16 constant (ORT's CPU EP has no bf16 kernels but Cast): Cast to the float type
+            bf16 = b.typed_const("c_bf16", vals, TensorProto.BFLOAT16, shape)
+            (other,) = b.node("Cast", [bf16], to=b.ftype)
         else:
             other = b.const("c", vals.astype(b.npf))
     xin = b.qdq(x)
@@ -746,6 +755,65 @@ def op_if(b: Builder) -> bool:
     return True
 
 
+def op_cast_round_trip(b: Builder) -> bool:
+    """A value through bfloat16 (or the other float type) and back: ``Cast(to=bf16) -> Cast(to=float type)``, which
+    ORT's CPU EP runs (Cast is its only bf16 kernel) and its Cast passes may merge."""
+    x = b.pick_tensor()
+    if x is None:
+        return False
+    via = b.ch.pick([TensorProto.BFLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT16, TensorProto.FLOAT])
+    (mid,) = b.node("Cast", [b.qdq(x).name], to=via)
+    (y,) = b.node("Cast", [mid], to=b.ftype)
+    b.out(y, list(x.shape))
+    return True
+
+
+def op_loop(b: Builder) -> bool:
+    """A Loop (trip count 1 or 2) whose body dequantizes an outer Q value (outer-scope values: the Q's output and
+    its parameters) and adds it to the loop-carried value, optionally behind its own Q -> DQ."""
+    x = b.pick_tensor()
+    if x is None:
+        return False
+    qp = x.quant or b.quantize(x)
+    trips = b.const("trips", np.array(b.ch.pick([1, 2]), dtype=np.int64))
+    cond = b.const("cond", np.array(True))
+    tag = b.fresh("body")
+    dq_out, v_out, c_out = f"{tag}_dq", f"{tag}_v", f"{tag}_c"
+    nodes = [
+        helper.make_node(
+            "DequantizeLinear",
+            [qp.q, qp.scale] + ([qp.zp] if qp.zp else []),
+            [dq_out],
+            name=f"{tag}_dq_node",
+            domain=b.qdomain or None,
+        ),
+    ]
+    add_in = dq_out
+    if b.ch.chance(50):  # a QDQ unit inside the body
+        nodes.append(helper.make_node("Relu", [dq_out], [f"{tag}_r"], name=f"{tag}_relu"))
+        add_in = f"{tag}_r"
+    nodes += [
+        helper.make_node("Add", [f"{tag}_vin", add_in], [v_out], name=f"{tag}_add"),
+        helper.make_node("Identity", [f"{tag}_cin"], [c_out], name=f"{tag}_id"),
+    ]
+    body = helper.make_graph(
+        nodes,
+        tag,
+        [
+            helper.make_tensor_value_info(f"{tag}_i", TensorProto.INT64, []),
+            helper.make_tensor_value_info(f"{tag}_cin", TensorProto.BOOL, []),
+            helper.make_tensor_value_info(f"{tag}_vin", b.ftype, list(x.shape)),
+        ],
+        [
+            helper.make_tensor_value_info(c_out, TensorProto.BOOL, []),
+            helper.make_tensor_value_info(v_out, b.ftype, list(x.shape)),
+        ],
+    )
+    (y,) = b.node("Loop", [trips, cond, b.qdq(x).name], body=body)
+    b.out(y, list(x.shape))
+    return True
+
+
 def op_reshape_2d(b: Builder) -> bool:
     """Flatten a 4-D value to 2-D so that Gemm has something to eat."""
     x = b.pick_tensor(4)
@@ -756,24 +824,27 @@ def op_reshape_2d(b: Builder) -> bool:
     return True
 
 
-#: name -> (builder, weight): the op families a step draws from
+#: name -> (builder, weight): the op families a step draws from (few table entries: Hypothesis draws an index into a
+#: long table very unevenly, leaving some families out of whole runs)
 OPS: dict[str, tuple[Callable[[Builder], bool], int]] = {
-    "conv": (op_conv, 6),
-    "conv_transpose": (op_conv_transpose, 2),
-    "matmul": (op_matmul, 4),
-    "gemm": (op_gemm, 3),
-    "binary": (op_binary, 5),
-    "unary": (op_unary, 6),
-    "pool": (op_pool, 3),
-    "resize": (op_resize, 2),
-    "concat": (op_concat, 2),
+    "conv": (op_conv, 2),
+    "conv_transpose": (op_conv_transpose, 1),
+    "matmul": (op_matmul, 2),
+    "gemm": (op_gemm, 1),
+    "binary": (op_binary, 2),
+    "unary": (op_unary, 2),
+    "pool": (op_pool, 1),
+    "resize": (op_resize, 1),
+    "concat": (op_concat, 1),
     "split": (op_split, 1),
-    "shape": (op_shape_ops, 5),
+    "shape": (op_shape_ops, 2),
     "where": (op_where, 1),
     "layernorm": (op_layernorm, 1),
     "reduce": (op_reduce_argmax, 1),
     "if": (op_if, 1),
-    "flatten": (op_reshape_2d, 2),
+    "loop": (op_loop, 1),
+    "cast": (op_cast_round_trip, 1),
+    "flatten": (op_reshape_2d, 1),
 }
 _OP_TABLE = [name for name, (_, w) in OPS.items() for _ in range(w)]
 
@@ -797,6 +868,8 @@ SCHEMES = [
     (U16, U16, "16"),
     (U8, S4, "4"),
     (U16, U4, "4"),
+    (U4, U4, "4"),
+    (S4, S4, "4"),
     (TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FN, "f8"),
     (TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2, "f8"),
 ]
@@ -822,6 +895,8 @@ def build_model(ch: Choices, max_ops: int = 6) -> onnx.ModelProto:
     batch: int | str = "N" if ch.chance(20) else 1
     rank = ch.pick([4, 4, 4, 2, 3])
     shape: list[int | str] = [batch, ch.pick([3, 4, 8])] + [ch.pick([4, 6, 8])] * (rank - 2)
+    if rank == 3 and ch.chance(25):
+        shape[1] = "S"  # a symbolic sequence dim (1 wherever the builder needs a value, and fed as 1)
     b.inputs.append(helper.make_tensor_value_info("input", ftype, shape))
     b.tensors.append(Tensor("input", shape))
     steps = ch.integer(1, max_ops)
@@ -850,12 +925,20 @@ def build_model(ch: Choices, max_ops: int = 6) -> onnx.ModelProto:
     return model
 
 
-def graphs(max_ops: int = 6) -> Any:
-    """A Hypothesis strategy of QDQ models (:func:`build_model` over Hypothesis draws)."""
+def graphs(max_ops: int = 6, *, uniform: bool = False) -> Any:
+    """A Hypothesis strategy of QDQ models: :func:`build_model` over Hypothesis draws (each choice a draw, so that
+    Hypothesis can shrink a failing graph choice by choice), or with ``uniform`` over a ``random.Random`` seeded by
+    one Hypothesis draw. Hypothesis's draws are far from uniform over a list of a dozen options or more (an index
+    into 49 op entries came out between 4 and 116 times in 3,000 draws; opset 17 once in 300 graphs), so a seeded
+    run (:func:`generate`) uses ``uniform``: every op family, opset and type scheme comes up at its weight."""
+    import random
+
     from hypothesis import strategies as st
 
     @st.composite
     def _models(draw: Callable[[Any], Any]) -> onnx.ModelProto:
+        if uniform:
+            return build_model(RandomChoices(random.Random(draw(st.integers(0, 2**63 - 1)))), max_ops)
         return build_model(HypothesisChoices(draw), max_ops)
 
     return _models()
@@ -871,33 +954,18 @@ class GeneratedCase:
 
 
 def generate(seed: int, budget: int, max_ops: int = 6) -> list[GeneratedCase]:
-    """A seeded, deterministic run of :func:`graphs`: ``budget`` distinct models (Hypothesis's generate phase only,
-    no database), each serialized. The same seed and budget give the same models in every process, so that shards
-    (``index % n``) split one run without overlap."""
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hseed
+    """A seeded, deterministic run of the builder: ``budget`` distinct models, each serialized, each built from a
+    ``random.Random`` whose seed the run's own ``random.Random(seed)`` draws (as :func:`graphs` with ``uniform`` does,
+    without Hypothesis: its draws of large integers depend on the constants of the modules a process has loaded, so
+    two processes would not see the same graphs). The same seed and budget give the same models in every process,
+    so that shards (``index % n``) split one run without overlap."""
+    import random
 
+    rng = random.Random(seed)
     found: dict[bytes, None] = {}
-
-    class _Enough(Exception):
-        pass
-
-    @hseed(seed)
-    @settings(
-        max_examples=budget * 4,
-        database=None,
-        phases=[Phase.generate],
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-        derandomize=False,
-        report_multiple_bugs=False,
-    )
-    @given(graphs(max_ops))
-    def collect(model: onnx.ModelProto) -> None:
-        found.setdefault(model.SerializeToString())  # Hypothesis draws some graphs twice: each counts once
+    for _ in range(budget * 4):
+        model = build_model(RandomChoices(random.Random(rng.getrandbits(64))), max_ops)
+        found.setdefault(model.SerializeToString())  # a graph drawn twice counts once
         if len(found) >= budget:
-            raise _Enough
-
-    with contextlib.suppress(_Enough):
-        collect()
+            break
     return [GeneratedCase(seed, i, m) for i, m in enumerate(list(found)[:budget])]

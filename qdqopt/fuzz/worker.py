@@ -15,6 +15,7 @@ differences of the fuzzer's own tests). The result lists one outcome per pair (s
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -171,14 +172,10 @@ def _drift(
     except Exception as exc:
         return {"kind": "ort-own-output", "detail": _first_line(exc)}
     n_q = sum(1 for n in model.graph.node if n.op_type == "QuantizeLinear") + 1
-    scales = [
-        float(np.max(np.abs(onnx.numpy_helper.to_array(t).astype(np.float64))))
-        for t in model.graph.initializer
-        if "scale" in t.name and t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
-    ]
-    step = max(scales, default=1.0)
-    for i, (a, b) in enumerate(zip(got, expected, strict=False)):
+    step = max(_scale_values(model, feeds), default=1.0)
+    for i, (raw_a, raw_b) in enumerate(zip(got, expected, strict=False)):
         name = model.graph.output[i].name
+        a, b = _as_numbers(raw_a, model.graph.output[i]), _as_numbers(raw_b, model.graph.output[i])
         if a.shape != b.shape:
             return {"kind": "ort-drift", "detail": f"output {name}: shape {list(a.shape)} vs {list(b.shape)}"}
         if a.dtype.kind == "f" or b.dtype.kind == "f":
@@ -194,10 +191,67 @@ def _drift(
                     "detail": f"output {name}: max |diff| {err:.4g} > {n_q} steps of {step:.3g}",
                 }
         elif a.dtype.kind in "iu":
+            # in the output Q's own steps: the float error allowed above, divided by its scale
+            out_scale = _output_scale(model, name, feeds)
+            allowed = max(n_q, math.ceil(n_q * step / out_scale)) if out_scale else n_q
             err = float(np.max(np.abs(a.astype(np.int64) - b.astype(np.int64)), initial=0))
-            if err > n_q:
-                return {"kind": "ort-drift", "detail": f"output {name}: {err:.0f} integer steps apart (> {n_q})"}
+            if err > allowed:
+                return {"kind": "ort-drift", "detail": f"output {name}: {err:.0f} integer steps apart (> {allowed})"}
     return None
+
+
+def _output_scale(model: onnx.ModelProto, output: str, feeds: Mapping[str, np.ndarray]) -> float | None:
+    """The smallest scale of the QuantizeLinear producing a graph output (its integer steps), if known."""
+    producer = next((n for n in model.graph.node if output in n.output), None)
+    if producer is None or producer.op_type != "QuantizeLinear" or len(producer.input) < 2:
+        return None
+    found = _scale_values(model, feeds, only=producer.input[1], smallest=True)
+    return found[0] if found and found[0] > 0 else None
+
+
+def _scale_values(
+    model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], only: str | None = None, smallest: bool = False
+) -> list[float]:
+    """The largest (``smallest``: smallest) magnitude of every Q/DQ scale of the main graph (or of the value
+    ``only``), wherever it comes from: an initializer, a Constant node, or a graph input (as fed)."""
+    values: dict[str, np.ndarray] = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].type == onnx.AttributeProto.TENSOR:
+            values[node.output[0]] = onnx.numpy_helper.to_array(node.attribute[0].t)
+    values.update(feeds)
+    found = []
+    pick = np.min if smallest else np.max
+    names = (
+        [only]
+        if only is not None
+        else [
+            n.input[1]
+            for n in model.graph.node
+            if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 1
+        ]
+    )
+    for name in names:
+        value = values.get(name)
+        if value is not None and value.size and value.dtype.kind == "f":
+            found.append(float(pick(np.abs(value.astype(np.float64)))))
+    return found
+
+
+def _as_numbers(value: np.ndarray, output: onnx.ValueInfoProto) -> np.ndarray:
+    """An output as ORT's Python binding hands it over, as numbers: float8 outputs come as their raw bytes (uint8),
+    which are decoded (two NaNs of another sign bit are no drift)."""
+    elem = output.type.tensor_type.elem_type
+    if elem in _FLOAT8 and value.dtype == np.uint8:
+        return value.view(onnx.helper.tensor_dtype_to_np_dtype(elem)).astype(np.float32)
+    return value
+
+
+_FLOAT8 = (
+    onnx.TensorProto.FLOAT8E4M3FN,
+    onnx.TensorProto.FLOAT8E4M3FNUZ,
+    onnx.TensorProto.FLOAT8E5M2,
+    onnx.TensorProto.FLOAT8E5M2FNUZ,
+)
 
 
 def handle(task: Mapping[str, Any]) -> dict[str, Any]:

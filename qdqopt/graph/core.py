@@ -49,8 +49,11 @@ from qdqopt.errors import ModelError
 from qdqopt.events import Kind, emit, remove_initializer_text, remove_nodearg_text
 from qdqopt.graph import inference
 from qdqopt.graph.order import ort_topological_order
-from qdqopt.graph.schema import OpSchema, lookup, normalize_domain
+from qdqopt.graph.schema import OpSchema, lookup, node_schema, normalize_domain, type_string
 from qdqopt.graph.stdhash import StdUnorderedMap
+
+#: the contrib QLinear ops' formal input that holds their output's zero point
+_OUTPUT_ZERO_POINTS = frozenset({"y_zero_point", "c_zero_point", "z_zero_point", "reduced_zero_point"})
 
 __all__ = [
     "Changes",
@@ -1344,6 +1347,88 @@ class Graph:
                 raise ModelError(
                     f"Node ({node.name}) Op (QuantizeLinear) [TypeInferenceError] output_dtype "
                     f"{names(attr.i)} does not match y_zero_point type {names(tensor.data_type)}."
+                )
+        self._check_qlinear_input_types()
+        for node in self._nodes.values():
+            # QLinearAveragePool's schema inference wants rank-0 quantization parameters; the QDQ fusion makes one
+            # from a unit whose DQ/Q parameters have shape [1] or are per axis (ORT 1.32 then fails the session)
+            if node.op_type != "QLinearAveragePool" or normalize_domain(node.domain) != "com.microsoft":
+                continue
+            for name in node.inputs[1:5]:
+                owner = self.initializer_owner(name) if name else None
+                tensor = owner.initializer(name) if owner is not None else None
+                if tensor is not None and len(tensor.dims) != 0:
+                    raise ModelError(
+                        f"Node ({node.name}) Op (QLinearAveragePool) [TypeInferenceError] Scale and Zero-point "
+                        "must be a scalar"
+                    )
+
+    def _check_qlinear_input_types(self) -> None:
+        """Resolve's ``InferAndVerifyTypeMatch`` for the contrib QLinear ops the QDQ fusion makes, in ORT's words:
+
+        * an input whose type (an initializer's, or a graph input's as declared) the schema does not allow: ORT 1.32
+          fuses an fp16 QDQ Concat into a QLinearConcat, whose scales must be float (``knownx/fz_qlinearconcat_fp16``),
+          and WeightBiasQuantization gives an fp16 Conv's bias an fp16-scale DQ of the ONNX domain, which before
+          opset 19 wants a float scale (``knownx/fz_wbq_fp16_bias_opset15``);
+        * an output zero point left out: the contrib op's inference types the output uint8, so an int8 input bound
+          to the same type parameter, or an int8 output NodeArg, fails (a Q with ``output_dtype=INT8`` and no zero
+          point fused with int8 allowed: ``knownx/fz_output_dtype_int8_*``).
+
+        Values other than initializers and graph inputs are read as typed by the last inference, none inferred."""
+        declared = {v.name: v.type.tensor_type.elem_type for v in self.inputs if v.type.HasField("tensor_type")}
+
+        def known(name: str) -> int:
+            owner = self.initializer_owner(name)
+            tensor = owner.initializer(name) if owner is not None else None
+            if tensor is not None:
+                return int(tensor.data_type)
+            if name in declared:
+                return int(declared[name])
+            found = self.value_type(name)
+            return int(found.tensor_type.elem_type) if found is not None and found.HasField("tensor_type") else 0
+
+        def text(elem: int) -> str:
+            return str(type_string(onnx.helper.make_tensor_type_proto(elem, None)))
+
+        for node in self._nodes.values():
+            qlinear = node.op_type.startswith("QLinear") and normalize_domain(node.domain) == "com.microsoft"
+            if not qlinear and node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+                continue
+            schema = node_schema(node)
+            if schema is None or not schema.inputs:
+                continue
+            allowed = dict(schema.type_constraints)
+            zps = [k for k, f in enumerate(schema.inputs) if f.name.lower() in _OUTPUT_ZERO_POINTS]
+            out_zp = zps[-1] if zps and qlinear else None  # QLinearWhere's z_zero_point is its output's
+            bound: dict[str, int] = {}
+            for slot, name in enumerate(node.inputs):
+                formal = schema.inputs[min(slot, len(schema.inputs) - 1)]
+                if not name or (slot >= len(schema.inputs) and not formal.variadic) or slot == out_zp:
+                    continue  # the output's zero point is checked with the output below
+                elem = known(name)
+                if not elem:
+                    continue
+                bound.setdefault(formal.type_str, elem)
+                if text(elem) not in allowed.get(formal.type_str, frozenset({formal.type_str})):
+                    raise ModelError(
+                        f"This is an invalid model. Type Error: Type '{text(elem)}' of input parameter ({name}) of "
+                        f"operator ({node.op_type}) in node ({node.name}) is invalid."
+                    )
+            if out_zp is None or not schema.outputs or not node.outputs:
+                continue
+            param = schema.outputs[0].type_str
+            inferred = known(node.inputs[out_zp]) if out_zp < len(node.inputs) and node.inputs[out_zp] else 0
+            inferred = inferred or onnx.TensorProto.UINT8  # the contrib inference's default without a zero point
+            if param in bound and bound[param] != inferred:
+                raise ModelError(
+                    f"Type Error: Type parameter ({param}) of Optype ({node.op_type}) bound to different types "
+                    f"({text(bound[param])} and {text(inferred)} in node ({node.name})."
+                )
+            current = known(node.outputs[0])
+            if current and current != inferred:
+                raise ModelError(
+                    f"Type Error: Type ({text(current)}) of output arg ({node.outputs[0]}) of node ({node.name}) "
+                    f"does not match expected type ({text(inferred)})."
                 )
 
     def _refresh_subgraph_reads(self) -> None:

@@ -140,14 +140,26 @@ def infer_model_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     without the weights' data (:mod:`qdqopt.graph.model` makes one, ``_inference_model``).
     """
     declared = _dim_params(proto.graph)
+    declared_outputs: dict[str, onnx.TypeProto] = {}
     for output in proto.graph.output:  # a declared output shape must not block inference: the inferred one wins
         if output.type.HasField("tensor_type"):
+            if output.type.tensor_type.HasField("shape"):
+                kept = declared_outputs[output.name] = onnx.TypeProto()
+                kept.CopyFrom(output.type)
+                for dim in kept.tensor_type.shape.dim:
+                    if dim.HasField("dim_value") and dim.dim_value < 0:  # saved as an unknown dim
+                        dim.ClearField("dim_value")
             output.type.tensor_type.ClearField("shape")
     try:
         inferred = _infer_shapes(proto)
     except Exception:
         return {}
     types = _types_of(inferred.graph, declared)
+    for name, declared_type in declared_outputs.items():
+        # ... but what inference leaves unknown keeps the declared dims, as ORT's NodeArg merges them (a graph output
+        # after a Loop, whose loop-carried shapes ONNX does not infer: fuzz seed 2 case 51)
+        if name in types:
+            types[name] = fill_unknown(types[name], declared_type)
     return _propagated_as_ort(proto, types, declared)
 
 

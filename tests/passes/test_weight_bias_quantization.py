@@ -19,6 +19,7 @@ import pytest
 from qdqopt.compare import compare_level
 from qdqopt.passes.weight_bias_quantization import weight_quantization_parameters
 from qdqopt.reference import run_reference
+from tests.passes._helpers import knownx
 from tests.passes._helpers.wbq_folding import CONFIGS, FIXTURES, _fixture, _fixtures_of, _only, assert_matches
 
 
@@ -48,3 +49,26 @@ def test_subgraph_initializer_order() -> None:
 @pytest.mark.parametrize("name", FIXTURES)
 def test_fixture_pass_alone_matches_ort(name: str, alone: str) -> None:
     assert_matches(compare_level(_fixture(name), "basic", disabled=_only(alone), isolate=True), "P")
+
+
+# ------------------------------------------------------------------------------- issue #12: found by qdqopt fuzz
+@pytest.mark.parametrize(("name", "level", "config"), knownx.cases("fz_wbq_"))
+def test_knownx_fp16_bias_dq_as_ort(name: str, level: str, config: str) -> None:
+    """An fp16 bias DQ of the ONNX domain before opset 19: ORT's Resolve rejects it, and qdqopt's too."""
+    knownx.assert_exact(name, level, config)
+
+
+def test_knownx_fp16_bias_dq_type_check_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qdqopt.api import run
+    from qdqopt.errors import ModelError
+    from qdqopt.graph.core import Graph
+    from tests.conftest import fixture_model
+
+    assert knownx.ort_modified("knownx/fz_wbq_fp16_bias_opset15", "basic", "default") is None
+    assert "WeightBiasQuantization" in (
+        knownx.ort_modified("knownx/fz_wbq_fp16_bias_opset19", "basic", "default") or ()
+    )
+    with pytest.raises(ModelError, match=r"Type 'tensor\(float16\)' of input parameter \(conv_bias_scale\)"):
+        run(fixture_model("knownx/fz_wbq_fp16_bias_opset15"), "basic")
+    monkeypatch.setattr(Graph, "_check_qlinear_input_types", lambda self: None)
+    assert run(fixture_model("knownx/fz_wbq_fp16_bias_opset15"), "basic").model is not None

@@ -448,7 +448,15 @@ class UnarySelector(NodeGroupSelector):
         if dt_in != dt_out:
             return NoMatch(_mismatch("DQ input and Q output", dt_in, dt_out))
         bits = _bits_reason([dt_in], False, False)
-        return NoMatch(bits) if bits else None
+        if bits:
+            return NoMatch(bits)
+        if node.op_type == "Softmax":
+            # measured on 1.32 (knownx/fz_softmax_*): QLinearSoftmax's lookup table needs the input scale as a
+            # constant scalar or one-element 1-D initializer; LeakyRelu and Sigmoid take any
+            scale = constant_initializer(ctx.graph, _input(dqs[0], 1))
+            if scale is None or not (len(scale.dims) == 0 or list(scale.dims) == [1]):
+                return NoMatch("the input scale is not a constant scalar initializer (QLinearSoftmax)", (dqs[0].name,))
+        return None
 
 
 class BinarySelector(NodeGroupSelector):
@@ -462,7 +470,24 @@ class BinarySelector(NodeGroupSelector):
         if a != y:
             return NoMatch(_mismatch("input and output", a, y))
         bits = _bits_reason([a], False, False)
-        return NoMatch(bits) if bits else None
+        if bits:
+            return NoMatch(bits)
+        return _params_shape_reason(ctx, [*dqs, *qs], allow_one_element=False, op=f"QLinear{node.op_type}")
+
+
+def _params_shape_reason(ctx: Ctx, nodes: list[Node], *, allow_one_element: bool, op: str) -> NoMatch | None:
+    """Every scale and zero point of the unit's DQs and Qs has a known shape of rank 0 (or ``[1]`` when
+    ``allow_one_element``): measured on 1.32 (``knownx/fz_params_*``): a per-axis, a ``[1]`` (for QLinearAdd/Mul)
+    or an unshaped parameter keeps the unit as it is, a graph input of rank 0 does not."""
+    for n in nodes:
+        for name in (_input(n, 1), _input(n, 2)):
+            if not name:
+                continue
+            shape = dim_values(ctx.graph.shape(name))
+            if shape is None or not (len(shape) == 0 or (allow_one_element and shape == [1])):
+                what = "a scalar or [1]" if allow_one_element else "a scalar"
+                return NoMatch(f"{n.op_type} {n.name!r} parameter {name!r} is not {what} ({op})", (n.name,))
+    return None
 
 
 class VariadicSelector(NodeGroupSelector):
@@ -479,7 +504,9 @@ class VariadicSelector(NodeGroupSelector):
         if ins[0] != outs[0]:
             return NoMatch(_mismatch("input and output", ins[0], outs[0]))
         bits = _bits_reason([ins[0]], False, False)
-        return NoMatch(bits) if bits else None
+        if bits:
+            return NoMatch(bits)
+        return _params_shape_reason(ctx, [*dqs, *qs], allow_one_element=True, op=f"QLinear{node.op_type}")
 
 
 class WhereSelector(NodeGroupSelector):
@@ -578,9 +605,51 @@ class MatMulSelector(NodeGroupSelector):
             y = ctx.q_out_type(qs[0])
             if a != y:
                 return NoMatch(_mismatch("input and output", a, y))
+            r = _qlinear_matmul_params_reason(ctx, dqs[0], dqs[1], qs[0])
+            if r:
+                return NoMatch(r)
         elif clip is not None:
             return NoMatch("a redundant clip without a Q")
         return None
+
+
+def _per_tensor_shape(shape: list[int | None] | None) -> bool:
+    """A scale's or zero point's shape that quantizes per tensor: a scalar, or one element in one dimension."""
+    return shape is not None and (len(shape) == 0 or shape == [1])
+
+
+def _qlinear_matmul_params_reason(ctx: Ctx, dqa: Node, dqb: Node, q: Node) -> str | None:
+    """QLinearMatMul's quantization parameters, as ORT 1.32 takes them (measured, ``knownx/fz_qlinearmatmul_*``):
+    A and Y per tensor; B per tensor, or per column of a 2-D weight (a 1-D ``[N]`` on axis 1). A blocked B, a
+    per-axis B on another axis (even when K == N) or of another rank, a per-axis A or Y: the MatMul stays (the
+    MatMulIntegerToFloat path, without a Q, takes them all)."""
+    graph = ctx.graph
+    for what, n in (("A", dqa), ("Y", q)):
+        for name in (_input(n, 1), _input(n, 2)):
+            if name and not _per_tensor_shape(dim_values(graph.shape(name))):
+                return f"{what} scale/zero point is not per tensor (QLinearMatMul)"
+    if dqb.attr_int("block_size", 0) > 0:
+        return "the weight DQ is blocked (QLinearMatMul)"
+    wshape = dim_values(graph.shape(dqb.inputs[0]))
+    axis = dqb.attr_int("axis", 1)
+    for name in (_input(dqb, 1), _input(dqb, 2)):
+        if not name:
+            continue
+        shape = dim_values(graph.shape(name))
+        if _per_tensor_shape(shape):
+            continue
+        per_column = (
+            shape is not None
+            and wshape is not None
+            and len(wshape) == 2
+            and len(shape) == 1
+            and shape[0] is not None
+            and shape[0] == wshape[1]
+            and axis in (1, -1)
+        )
+        if not per_column:
+            return "B scale/zero point is neither per tensor nor per column of a 2-D weight (QLinearMatMul)"
+    return None
 
 
 def _rank_dims(graph: Graph, name: str) -> list[int] | None:
@@ -655,8 +724,9 @@ class DQMatMulNBitsSelector(NodeGroupSelector):
     """``DQMatMulNodeGroupSelector``: a constant 2/4/8-bit weight behind its own DQ feeding input B.
 
     Observed on 1.32 (beyond the source snapshot of the notes): the rest of the unit may be a 16-bit QDQ unit (an
-    int16/uint16 activation DQ on A, int16/uint16 Qs on the output), which no QLinear op could take; an 8-bit
-    activation DQ or an 8-bit Q blocks the rule. Only the weight DQ is selected (and removed).
+    int16/uint16 activation DQ on A, int16/uint16 Qs on the output), which no QLinear op could take, in fp32 only
+    (an fp16 unit with an activation DQ or a Q stays); an 8-bit activation DQ or an 8-bit Q blocks the rule. Only
+    the weight DQ is selected (and removed).
     """
 
     def select(self, ctx: Ctx, node: Node) -> Selection | NoMatch:
@@ -687,6 +757,18 @@ class DQMatMulNBitsSelector(NodeGroupSelector):
                 f"the activation DQ is {dtype_name(ctx.dq_in_type(act[0]))} (8-bit QDQ units belong to MatMul/Gemm)",
                 (act[0].name,),
             )
+        if qs:
+            # CanCreateNodeGroup's checks of the Q side (measured: the target's output read by a Q and by another
+            # node, or by a Q and as a graph output, keeps the MatMul; knownx/fz_nbits_q_and_*)
+            no_match = can_create_node_group(graph, node, None, [], qs)
+            if no_match is not None:
+                return no_match
+        if fp16_nbits_unit(ctx, weight, bool(act or qs)):
+            return NoMatch(
+                "an fp16 16-bit QDQ unit (an activation DQ or a Q with the weight's DQ): ORT 1.32 leaves it "
+                "(measured, knownx/fz_nbits_fp16_*)",
+                (weight.name,),
+            )
         if len(graph.output_edges(weight)) != 1 or produces_graph_output(graph, weight):
             return NoMatch(
                 "the weight DQ does not have exactly one output edge (or produces a graph output)", (weight.name,)
@@ -708,6 +790,11 @@ class DQMatMulNBitsSelector(NodeGroupSelector):
                     return NoMatch("the Gemm bias is not [N]")
         reason = validate_dq_for_nbits(ctx, weight)
         return NoMatch(reason) if reason else None
+
+
+def fp16_nbits_unit(ctx: Ctx, weight: Node, in_unit: bool) -> bool:
+    """An fp16 weight DQ (its scale's type) in a 16-bit QDQ unit (``in_unit``: an activation DQ or a Q)."""
+    return in_unit and ctx.graph.elem_type(_input(weight, 1)) == TP.FLOAT16
 
 
 def validate_dq_for_nbits(ctx: Ctx, dq: Node) -> str | None:

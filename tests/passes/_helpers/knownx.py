@@ -13,9 +13,9 @@ from __future__ import annotations
 import itertools
 
 from tests.conftest import fixture_names
-from tests.passes._helpers.gelu_family import CONFIGS, LEVELS, assert_exact, compare, ort_modified
+from tests.passes._helpers.gelu_family import CONFIGS, LEVELS, assert_exact, compare, differs, ort_modified
 
-__all__ = ["CONFIGS", "LEVELS", "assert_exact", "cases", "compare", "fixtures", "ort_modified"]
+__all__ = ["CONFIGS", "LEVELS", "assert_exact", "cases", "compare", "differs", "fixtures", "ort_modified"]
 
 
 def fixtures(*prefixes: str, group: str = "knownx") -> list[str]:
