@@ -270,3 +270,46 @@ def test_node_output_named_as_an_initializer_is_refused_as_ort_does() -> None:
     outcome = run_cli(_mutant(model), "trace", "layout")
     assert outcome.ok and outcome.returncode == 2, (outcome.verdict, outcome.stderr[-400:])
     assert "Duplicate definition of name (starts)" in outcome.stderr
+
+
+def _label_encoder_reading_nothing(in_subgraph: bool) -> onnx.ModelProto:
+    encoder = helper.make_node(
+        "LabelEncoder",
+        ["nowhere"],
+        ["s"],
+        name="le",
+        domain="ai.onnx.ml",
+        keys_int64s=[1, 2],
+        values_strings=["a", "b"],
+        default_string="_",
+    )
+    if not in_subgraph:
+        graph = helper.make_graph(
+            [encoder],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.INT64, [3])],
+            [helper.make_tensor_value_info("s", TensorProto.STRING, [3])],
+        )
+    else:
+        branch = helper.make_graph([encoder], "b", [], [helper.make_tensor_value_info("s", TensorProto.STRING, [3])])
+        cond = helper.make_node("If", ["c"], ["y"], name="if", then_branch=branch, else_branch=branch)
+        graph = helper.make_graph(
+            [cond],
+            "g",
+            [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+            [helper.make_tensor_value_info("y", TensorProto.STRING, [3])],
+        )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 4)]
+    return helper.make_model(graph, opset_imports=opsets)
+
+
+@pytest.mark.parametrize("in_subgraph", [False, True], ids=["main", "subgraph"])
+@pytest.mark.parametrize("command", ["trace", "diff"])
+def test_input_nobody_defines_is_refused_before_shape_inference(command: str, in_subgraph: bool) -> None:
+    """Found by the CI campaign (seed 20261202, #4): ONNX's LabelEncoder inference reads the type of an input that
+    no node, initializer or graph input defines without checking it, and crashed the process (signal 11). qdqopt now
+    refuses such a node input first, as ORT's Resolve does ("is not a graph input, initializer, or output of a
+    previous node"), in a subgraph as well."""
+    outcome = run_cli(_mutant(_label_encoder_reading_nothing(in_subgraph)), command, "disable_all")
+    assert outcome.ok and outcome.returncode == 2, (outcome.verdict, outcome.stderr[-400:])
+    assert "'le' (LabelEncoder): input 'nowhere' is not a graph input, initializer, or output" in outcome.stderr

@@ -168,6 +168,7 @@ def load_model(source: str | os.PathLike[str] | onnx.ModelProto, *, inline_local
     not be edited while the model is in use.
     """
     header, gp, initializers, base = _read_parts(source)
+    _check_inputs_defined(gp, frozenset(), initializers)
     opset_import = [(normalize_domain(o.domain), int(o.version)) for o in header.opset_import]
     opsets = dict(opset_import)
     # ORT's Model knows every domain of its registry (which is why they appear in the saved opset_import)
@@ -187,6 +188,30 @@ def load_model(source: str | os.PathLike[str] | onnx.ModelProto, *, inline_local
         if inline_local_functions:
             inline_functions_aot(model)
     return model
+
+
+def _check_inputs_defined(
+    gp: onnx.GraphProto, outer: frozenset[str], initializers: Iterable[onnx.TensorProto] | None = None
+) -> None:
+    """ORT's ``Graph::Resolve`` (BuildConnections): every input a node reads is a graph input, an initializer, a
+    node's output or, in a subgraph, a value of an enclosing graph; else the model is invalid. Checked before ONNX's
+    shape inference sees the graph: some of its C++ inference functions (LabelEncoder's) read the missing input's
+    type without checking it, and crash the process."""
+    known = set(outer)
+    known.update(v.name for v in gp.input)
+    known.update(t.name for t in (gp.initializer if initializers is None else initializers))
+    known.update(s.values.name for s in gp.sparse_initializer)
+    known.update(o for n in gp.node for o in n.output if o)
+    for node in gp.node:
+        for name in node.input:
+            if name and name not in known:
+                raise ModelError(
+                    f"node {node.name!r} ({node.op_type}): input {name!r} is not a graph input, initializer, or "
+                    "output of a previous node (ORT: Invalid model)"
+                )
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                _check_inputs_defined(sub, frozenset(known))
 
 
 def _check_utf8(message: Message, where: str, path: str = "") -> None:
