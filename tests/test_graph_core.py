@@ -16,6 +16,7 @@ from qdqopt.errors import ModelError
 from qdqopt.graph import Changes, Graph, load_model, save_model
 from qdqopt.reference import run_reference
 from qdqopt.target import Target
+from tests.passes._helpers import knownx
 
 F = TensorProto.FLOAT
 
@@ -223,3 +224,30 @@ def test_changed_events_agree_with_the_op_counts() -> None:
         delta = Counter(op for _, _, op in event.data.added)
         delta.subtract(Counter(op for _, _, op in event.data.removed))
         assert {k: v for k, v in delta.items() if v} == entry.op_delta, entry.name
+
+
+# ------------------------------------------------------------------------------- issue #12: found by qdqopt fuzz
+@pytest.mark.parametrize(("name", "level", "config"), knownx.cases("fz_loop_output_"))
+def test_knownx_declared_output_dims_reach_downstream_as_ort(name: str, level: str, config: str) -> None:
+    """A Loop's output declared as a graph output: ORT's NodeArg keeps the declared dims ONNX's inference does not
+    give, and the values computed from it get shapes at Resolve; qdqopt's saver does the same."""
+    knownx.assert_exact(name, level, config)
+
+
+def test_knownx_declared_output_dims_are_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qdqopt.graph import inference
+
+    assert not knownx.differs("knownx/fz_loop_output_shape_downstream", "basic")
+    monkeypatch.setattr(inference, "_fill_declared_outputs", lambda types, declared: set())
+    assert knownx.differs("knownx/fz_loop_output_shape_downstream", "basic")
+
+
+def test_knownx_load_types_survive_dq_duplication(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``knownx/fz_loop_output_nhwc``: NhwcTransformer converts the QLinearConv as ORT does only when View.DATA's
+    NodeArgs start from the load-time types (inferred before EnsureUniqueDQForNodeUnit's first change)."""
+    from qdqopt.passes import ensure_unique_dq
+
+    assert "NhwcTransformer" in (knownx.ort_modified("knownx/fz_loop_output_nhwc", "all", "default") or ())
+    assert not knownx.differs("knownx/fz_loop_output_nhwc", "all")
+    monkeypatch.setattr(ensure_unique_dq, "types_before_change", lambda graph, value: None)
+    assert knownx.differs("knownx/fz_loop_output_nhwc", "all")

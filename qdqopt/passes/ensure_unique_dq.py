@@ -23,7 +23,7 @@ Rules (``ensure_unique_dq_for_node_unit.cc``):
 
 from __future__ import annotations
 
-from qdqopt.graph import Edge, Graph, Node
+from qdqopt.graph import Edge, Graph, Node, View
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.qdq_util import is_dq
 
@@ -52,9 +52,18 @@ class EnsureUniqueDQForNodeUnit(GraphTransformer):
         has_subgraph_consumer = len(explicit) < len(edges)
         keep_first = not produces_graph_output and not has_subgraph_consumer
         to_duplicate = explicit[1:] if keep_first else explicit
+        if to_duplicate:
+            types_before_change(graph, dq.outputs[0])
         for edge in to_duplicate:
             _duplicate_for_edge(graph, dq, edge)
         return bool(to_duplicate)
+
+
+def types_before_change(graph: Graph, value: str) -> None:
+    """ORT's NodeArgs hold their load-time types when this pass first changes the graph, and later Resolves only
+    fill what they leave unknown: have ``View.DATA``'s first inference see the graph before the change (a DQ of a
+    graph output declared with dims ONNX cannot infer, a Loop's: ``knownx/fz_loop_output_nhwc``)."""
+    graph.shape(value, view=View.DATA)
 
 
 def _node(graph: Graph, index: int) -> Node:
