@@ -251,3 +251,17 @@ def test_knownx_load_types_survive_dq_duplication(monkeypatch: pytest.MonkeyPatc
     assert not knownx.differs("knownx/fz_loop_output_nhwc", "all")
     monkeypatch.setattr(ensure_unique_dq, "types_before_change", lambda graph, value: None)
     assert knownx.differs("knownx/fz_loop_output_nhwc", "all")
+
+
+@pytest.mark.parametrize(("name", "level", "config"), knownx.cases("fz_concat_"))
+def test_knownx_concat_unifies_unknown_dims_as_ort(name: str, level: str, config: str) -> None:
+    knownx.assert_exact(name, level, config)
+
+
+def test_knownx_concat_unify_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ONNX's invented dim names keep a Concat's batch dim from unifying with a declared one; ORT's do not."""
+    from qdqopt.graph import inference
+
+    assert not knownx.differs("knownx/fz_concat_symbolic_batch", "basic")
+    monkeypatch.setattr(inference, "_unify_concat_dims", lambda gp, types: set())
+    assert knownx.differs("knownx/fz_concat_symbolic_batch", "basic")
