@@ -207,3 +207,22 @@ def test_seeded_ci_budget_finds_no_difference(ci_run: FuzzRun) -> None:
     """qdqopt equals ORT (X and the trace lines) or fails where ORT fails, on every generated graph."""
     ours = [f for f in ci_run.findings if f.kind not in ORT_KINDS]
     assert not ours, "\n".join(f"case {f.index} {f.level} {f.config}: {f.signature}" for f in ours)
+
+
+def test_an_ort_crash_is_reported_and_qdqopt_is_asked_alone(tmp_path: Path) -> None:
+    """A model on which ORT's own session crashes (a QLinearWhere with a graph-input zero point: an ORT finding): the
+    pair is an ``ort-crash``, and qdqopt, run alone in a child of its own, must refuse the model saying so
+    (``both-reject``), not optimize it; the other pairs still run."""
+    from tests.passes.test_qdq_selector_action import _where_zp_input
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_where_zp_input(), str(path))
+    worker = Worker()
+    try:
+        outcomes = run_case(worker, str(path), [("basic", "default"), ("extended", "default")], drift=False)
+    finally:
+        worker.close()
+    kinds = {(o["kind"], o["level"]) for o in outcomes}
+    assert {("ort-crash", "extended"), ("both-reject", "extended"), ("same", "basic")} <= kinds, outcomes
+    said = next(o for o in outcomes if o["kind"] == "both-reject")
+    assert "crashes the process" in said["ours"]

@@ -283,3 +283,43 @@ def test_knownt_symbols_are_not_propagated(monkeypatch: pytest.MonkeyPatch) -> N
 def test_knownt_large_initializers_rewritten(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(model_module, "_REWRITTEN_FIELDS", frozenset({*model_module._REWRITTEN_FIELDS, "doc_string"}))
     assert differs("knownt/initializer_fields_rewritten", "disable_all")
+
+
+# ------------------------------------------------------------------------------- issue #12: found by qdqopt fuzz
+@pytest.mark.parametrize(("name", "level", "config"), knownx.cases("fz_loop_output_"))
+def test_knownx_declared_output_dims_reach_downstream_as_ort(name: str, level: str, config: str) -> None:
+    """A Loop's output declared as a graph output: ORT's NodeArg keeps the declared dims ONNX's inference does not
+    give, and the values computed from it get shapes at Resolve; qdqopt's saver does the same."""
+    knownx.assert_exact(name, level, config)
+
+
+def test_knownx_declared_output_dims_are_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qdqopt.graph import inference
+
+    assert not knownx.differs("knownx/fz_loop_output_shape_downstream", "basic")
+    monkeypatch.setattr(inference, "_fill_declared_outputs", lambda types, declared: set())
+    assert knownx.differs("knownx/fz_loop_output_shape_downstream", "basic")
+
+
+def test_knownx_load_types_survive_dq_duplication(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``knownx/fz_loop_output_nhwc``: NhwcTransformer converts the QLinearConv as ORT does only when View.DATA's
+    NodeArgs start from the load-time types (the first inference with data runs before the first edit of a pass,
+    ``Graph._before_edit``, here EnsureUniqueDQForNodeUnit's)."""
+    assert "NhwcTransformer" in (knownx.ort_modified("knownx/fz_loop_output_nhwc", "all", "default") or ())
+    assert not knownx.differs("knownx/fz_loop_output_nhwc", "all")
+    monkeypatch.setattr(Graph, "_before_edit", lambda self: None)
+    assert knownx.differs("knownx/fz_loop_output_nhwc", "all")
+
+
+@pytest.mark.parametrize(("name", "level", "config"), knownx.cases("fz_concat_"))
+def test_knownx_concat_unifies_unknown_dims_as_ort(name: str, level: str, config: str) -> None:
+    knownx.assert_exact(name, level, config)
+
+
+def test_knownx_concat_unify_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ONNX's invented dim names keep a Concat's batch dim from unifying with a declared one; ORT's do not."""
+    from qdqopt.graph import inference
+
+    assert not knownx.differs("knownx/fz_concat_symbolic_batch", "basic")
+    monkeypatch.setattr(inference, "_unify_concat_dims", lambda gp, types: set())
+    assert knownx.differs("knownx/fz_concat_symbolic_batch", "basic")

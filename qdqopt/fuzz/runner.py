@@ -43,10 +43,11 @@ FINDING_KINDS = frozenset(
         "worker-error",
         "compare-crash",
         "ort-level-reject",
+        "ort-nondeterministic",
     }
 )
 #: findings about ORT itself, not about qdqopt
-ORT_KINDS = frozenset({"ort-crash", "ort-own-output", "ort-drift", "ort-level-reject"})
+ORT_KINDS = frozenset({"ort-crash", "ort-own-output", "ort-drift", "ort-level-reject", "ort-nondeterministic"})
 
 
 def _env() -> dict[str, str]:
@@ -164,9 +165,23 @@ def run_case(
             what[0], "ort-crash"
         )
         outcomes.append({"kind": kind, "detail": detail, "level": todo[at][0], "config": todo[at][1]})
+        if kind == "ort-crash":  # what does qdqopt say about the model ORT crashed on? (in a child of its own)
+            outcomes.extend(_qdqopt_after_crash(worker, path, todo[at], ours_disabled))
         # the pairs before the one that died ran, but their outcomes died with the child: run them again
         todo = todo[:at] + todo[at + 1 :]
     return outcomes
+
+
+def _qdqopt_after_crash(
+    worker: Worker, path: str, pair: Sequence[str], ours_disabled: Sequence[str]
+) -> list[dict[str, Any]]:
+    task = {"path": path, "pairs": [list(pair)], "configs": CONFIGS, "ours_disabled": list(ours_disabled)}
+    result, stage, code = worker.run({**task, "qdqopt_only": True})
+    if result is not None:
+        return list(result["outcomes"])
+    how = f"signal {-code}" if code is not None and code < 0 else "hung (killed)" if code is None else f"exit {code}"
+    detail = f"the child process died ({how}) during {stage or 'start-up'} (after ORT's crash)"
+    return [{"kind": "qdqopt-crash", "detail": detail, "level": pair[0], "config": pair[1]}]
 
 
 @dataclass

@@ -72,12 +72,18 @@ def _outer_names(graph: onnx.GraphProto) -> set[str]:
 
 
 def _types(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+    """The inferred types of the main graph's values, without the dim names ONNX invents (``unk__<n>``): a cut must
+    not declare a name the model never had (it would change what ORT's inference unifies)."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception:
         return {}
     out = {vi.name: vi for vi in inferred.graph.value_info}
     out.update({vi.name: vi for vi in inferred.graph.output})
+    for vi in out.values():
+        for dim in vi.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param") and dim.dim_param.startswith("unk__"):
+                dim.ClearField("dim_param")
     return out
 
 

@@ -1047,7 +1047,11 @@ class Graph:
             types = self._data_types = {}
         for vi in (*inferred.input, *inferred.output, *inferred.value_info):
             if vi.HasField("type"):
-                types[vi.name] = vi.type
+                previous = types.get(vi.name)
+                # what this inference leaves unknown the NodeArg keeps from before (ORT merges, never clears a dim
+                # for want of information: a DQ duplicated from a Loop's output, whose declared dims ONNX cannot
+                # infer, feeds values that keep theirs; knownx/fz_loop_output_nhwc)
+                types[vi.name] = inference.fill_unknown(vi.type, previous) if previous is not None else vi.type
         order = self.topological_order()
         if len(order) != len(inferred.node):
             return

@@ -155,11 +155,24 @@ def infer_model_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     except Exception:
         return {}
     types = _types_of(inferred.graph, declared)
-    for name, declared_type in declared_outputs.items():
-        # ... but what inference leaves unknown keeps the declared dims, as ORT's NodeArg merges them (a graph output
-        # after a Loop, whose loop-carried shapes ONNX does not infer: fuzz seed 2 case 51)
-        if name in types:
-            types[name] = fill_unknown(types[name], declared_type)
+    pinned: dict[str, onnx.TypeProto] = {}
+    for _ in range(4):
+        # what ORT's NodeArgs know that this inference does not: a graph output's declared dims where inference
+        # leaves them unknown, and a Concat's dim that ONNX's invented names kept from unifying (below); ORT's nodes
+        # downstream infer from the merged NodeArgs, so infer again with them declared (fuzz seed 4 case 613: Split
+        # after a Loop's output, read by an If branch; seed 5 case 179: Concat of a Resize's output and a value
+        # of a declared batch dim)
+        changed = _fill_declared_outputs(types, declared_outputs) | _unify_concat_dims(proto.graph, types)
+        if not changed:
+            break
+        pinned.update((name, types[name]) for name in changed)
+        _declare(proto.graph, pinned)
+        try:
+            inferred = _infer_shapes(proto)
+        except Exception:
+            return types
+        types = _types_of(inferred.graph, declared)
+    _fill_declared_outputs(types, declared_outputs)
     return _propagated_as_ort(proto, types, declared)
 
 
@@ -194,6 +207,70 @@ def _propagated_as_ort(
             if known is not None:
                 types[name] = fill_unknown(known, found)
     return types
+
+
+def _unify_concat_dims(gp: onnx.GraphProto, types: dict[str, onnx.TypeProto]) -> set[str]:
+    """A Concat's dims off its axis as ORT's inference unifies them (``unifyDim`` over the inputs in order: the first
+    value, else the first name), where ONNX's did not: ONNX names an unknown dim ``unk__<n>`` while it infers, and
+    a named dim does not unify with another name, so ``Concat(x: [unk__0, 4], y: [N, 4])`` keeps ``unk__0``
+    (cleared afterwards: unknown) where ORT, whose unknown dim has no name, gives ``N``. Returns the values changed."""
+    changed: set[str] = set()
+    for node in gp.node:
+        if node.op_type != "Concat" or node.domain not in ("", "ai.onnx") or not node.output:
+            continue
+        out = types.get(node.output[0])
+        if out is None or not out.tensor_type.HasField("shape"):
+            continue
+        dims = out.tensor_type.shape.dim
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        axis = axis + len(dims) if axis < 0 else axis
+        ins = [types.get(name) for name in node.input if name]
+        shapes = [t.tensor_type.shape.dim for t in ins if t is not None and t.tensor_type.HasField("shape")]
+        if len(shapes) != len(ins) or any(len(s) != len(dims) for s in shapes):
+            continue
+        for i, dim in enumerate(dims):
+            if i == axis or dim.HasField("dim_value") or dim.HasField("dim_param"):
+                continue
+            value = next((s[i].dim_value for s in shapes if s[i].HasField("dim_value")), None)
+            name = next((s[i].dim_param for s in shapes if s[i].HasField("dim_param")), None)
+            if value is not None:
+                dim.dim_value = value
+            elif name:
+                dim.dim_param = name
+            else:
+                continue
+            changed.add(node.output[0])
+    return changed
+
+
+def _declare(gp: onnx.GraphProto, pinned: dict[str, onnx.TypeProto]) -> None:
+    """Give the graph the types ``pinned`` as declared: a graph output's type, another value's value_info entry."""
+    outputs = {o.name for o in gp.output}
+    for output in gp.output:
+        if output.name in pinned:
+            output.type.CopyFrom(pinned[output.name])
+    entries = {vi.name: vi for vi in gp.value_info}
+    for name, found in pinned.items():
+        if name in outputs:
+            continue
+        if name in entries:
+            entries[name].type.CopyFrom(found)
+        else:
+            gp.value_info.append(onnx.helper.make_value_info(name, found))
+
+
+def _fill_declared_outputs(types: dict[str, onnx.TypeProto], declared_outputs: dict[str, onnx.TypeProto]) -> set[str]:
+    """What inference leaves unknown in a graph output's type keeps the declared dims, as ORT's NodeArg merges them
+    (a graph output after a Loop, whose loop-carried shapes ONNX does not infer: fuzz seed 2 case 51). Returns the
+    outputs whose type changed."""
+    changed: set[str] = set()
+    for name, declared_type in declared_outputs.items():
+        if name in types:
+            merged = fill_unknown(types[name], declared_type)
+            if merged != types[name]:
+                types[name] = merged
+                changed.add(name)
+    return changed
 
 
 def _types_of(g: onnx.GraphProto, declared: set[str]) -> dict[str, onnx.TypeProto]:
