@@ -357,9 +357,13 @@ def _compare_exact(ours: onnx.ModelProto, ref: onnx.ModelProto, out: list[Differ
 
 
 # ----------------------------------------------------------------------------------------------------------- N
-def random_inputs(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
-    """Seeded random data for the model's graph inputs (unknown dims as 1): what tier N and the report's numerics
-    run the models on."""
+def random_inputs(
+    model: onnx.ModelProto, seed: int, *, spread: float = 1.0, positive_scales: bool = False
+) -> dict[str, np.ndarray]:
+    """Seeded random data for the model's graph inputs (unknown dims as 1): what tier N, the report's numerics and
+    the fuzzer run the models on. Floats are normal around 0 times ``spread`` (with ``positive_scales``, an input
+    named as a scale is small and positive: the fuzzer feeds Q/DQ scales as graph inputs), integers within
+    [-100, 100] and their type's range, booleans either."""
     rng = np.random.default_rng(seed)
     inits = {t.name for t in model.graph.initializer}
     feeds: dict[str, np.ndarray] = {}
@@ -370,7 +374,10 @@ def random_inputs(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
         shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim]
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
         if np.issubdtype(dtype, np.floating):
-            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
+            values = rng.standard_normal(shape) * spread
+            if positive_scales and "scale" in vi.name:
+                values = np.abs(values) * 0.05 + 0.001
+            feeds[vi.name] = values.astype(dtype)
         elif dtype == np.bool_:
             feeds[vi.name] = rng.integers(0, 2, shape).astype(np.bool_)
         elif np.issubdtype(dtype, np.integer):

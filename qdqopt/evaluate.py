@@ -178,7 +178,7 @@ def _evaluate(model: onnx.ModelProto, data: bytes) -> NodeEvaluation:
 def _fetch(value: Any, type_str: str) -> tuple[np.ndarray, bytes | None]:
     """An output (an ``OrtValue``) as a numpy array and, where numpy has no type for it, the tensor's buffer (see the
     module docstring)."""
-    elem = _elem_type(type_str)
+    elem = _type_string_elem(type_str)
     if elem not in _RAW_ONLY:
         return np.asarray(value.numpy()), None
     size = int(value.tensor_size_in_bytes())
@@ -214,7 +214,7 @@ def _shape_of(shape: object) -> tuple[int | None, ...] | None:
     return tuple(d if isinstance(d, int) and d >= 0 else None for d in shape)
 
 
-def _elem_type(type_str: str) -> int:
+def _type_string_elem(type_str: str) -> int:
     """The element type of an ORT tensor type string (``tensor(float)``), 0 for any other."""
     found = parse_type_string(type_str) if type_str.startswith("tensor(") else None
     return int(found.tensor_type.elem_type) if found is not None else 0
@@ -232,7 +232,7 @@ def _has_cpu_kernel(model: onnx.ModelProto, output_types: Sequence[str]) -> bool
     node = graph.add_node(proto.name, proto.op_type, list(proto.input), list(proto.output), domain=proto.domain)
     present = [o for o in proto.output if o]
     for name, type_str in zip(present, output_types, strict=True):
-        elem = _elem_type(type_str)
+        elem = _type_string_elem(type_str)
         if elem:
             graph.set_value_type(name, helper.make_tensor_type_proto(elem, None))
     return bool(node_has_cpu_kernel(graph, node))

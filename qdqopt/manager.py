@@ -163,6 +163,14 @@ def run_pipeline(
 
     log = result.events
 
+    def record(entry: TraceEntry) -> None:
+        """One pass application's trace entry, and the callers' hooks told of it."""
+        result.trace.append(entry)
+        if on_pass is not None:
+            on_pass(entry.name, graph)
+        if on_entry is not None:
+            on_entry(entry, graph)
+
     def apply(spec: PassSpec, transformer: GraphTransformer | None, step: int) -> bool:
         if spec.name == stop_before:
             raise _Stop
@@ -185,11 +193,7 @@ def run_pipeline(
         entry.missing_rules = missing.get(spec.name, ()) if transformer is not None else ()
         if modified:
             entry.op_delta = _delta(before, op_counts(graph))
-        result.trace.append(entry)
-        if on_pass is not None:
-            on_pass(spec.name, graph)
-        if on_entry is not None:
-            on_entry(entry, graph)
+        record(entry)
         return modified
 
     def apply_insert_cast() -> bool:
@@ -226,11 +230,7 @@ def run_pipeline(
             entry = TraceEntry(
                 spec.name, spec.stage, 0, modified, True, delta if modified else {}, seconds=seconds[spec.name]
             )
-            result.trace.append(entry)
-            if on_pass is not None:
-                on_pass(spec.name, graph)
-            if on_entry is not None:
-                on_entry(entry, graph)
+            record(entry)
         return modified
 
     def apply_level(stage: str) -> bool:

@@ -50,28 +50,9 @@ def _first_line(exc: BaseException) -> str:
 def make_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded inputs for every graph input: floats around 0 (scales fed as inputs: positive), integers in range,
     booleans; a symbolic dim is 1."""
-    rng = np.random.default_rng(seed)
-    inits = {t.name for t in model.graph.initializer}
-    feeds: dict[str, np.ndarray] = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        if dtype == np.bool_:
-            feeds[vi.name] = rng.integers(0, 2, shape).astype(np.bool_)
-        elif np.issubdtype(dtype, np.floating):
-            values = rng.standard_normal(shape) * 2
-            if "scale" in vi.name:
-                values = np.abs(values) * 0.05 + 0.001
-            feeds[vi.name] = values.astype(dtype)
-        elif np.issubdtype(dtype, np.integer):
-            info = np.iinfo(dtype)
-            feeds[vi.name] = rng.integers(max(int(info.min), -100), min(int(info.max), 100) + 1, shape).astype(dtype)
-        else:
-            raise ValueError(f"graph input {vi.name!r}: no random data of type {dtype}")
-    return feeds
+    from qdqopt.diff import random_inputs
+
+    return random_inputs(model, seed, spread=2.0, positive_scales=True)
 
 
 def _run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:

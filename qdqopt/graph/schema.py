@@ -256,7 +256,7 @@ def _elem_name(elem: int) -> str:
 def parse_type_string(text: str) -> onnx.TypeProto | None:
     """The TypeProto of an ORT type string (``tensor(float)``, ``seq(tensor(int64))``, ``optional(...)``)."""
     if text.startswith("tensor(") and text.endswith(")"):
-        elem = _elem_type(text[len("tensor(") : -1])
+        elem = _data_type_by_name(text[len("tensor(") : -1])
         return onnx.helper.make_tensor_type_proto(elem, None) if elem else None
     if text.startswith("seq(") and text.endswith(")"):
         inner = parse_type_string(text[len("seq(") : -1])
@@ -267,7 +267,7 @@ def parse_type_string(text: str) -> onnx.TypeProto | None:
     return None
 
 
-def _elem_type(name: str) -> int:
+def _data_type_by_name(name: str) -> int:
     try:
         return int(onnx.TensorProto.DataType.Value(name.upper()))
     except ValueError:
