@@ -31,8 +31,9 @@ import collections
 import json
 import re
 import sys
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -162,6 +163,37 @@ def _modified(lines: list[str]) -> collections.Counter[str]:
 
 def _measure_args(args: tuple[str, str, str, tuple[str, ...]]) -> Result:
     return measure(*args)
+
+
+def _measure_all(work: list[tuple[str, str, str, tuple[str, ...]]], jobs: int) -> Iterator[Result]:
+    """Every measurement of ``work``, as they end, in ``jobs`` child processes (at most ``jobs`` in flight). A child
+    that dies (ORT's C++ can abort: some fixtures say ORT 1.32 crashes on them) ends its pool: what was in flight is
+    measured again, each in a fresh child of its own, where the one that dies again is an error result; a new pool
+    takes the rest."""
+    todo = list(reversed(work))
+    while todo:
+        suspects: list[tuple[str, str, str, tuple[str, ...]]] = []
+        with ProcessPoolExecutor(jobs) as pool:
+            running: dict[Future[Result], tuple[str, str, str, tuple[str, ...]]] = {}
+            while (todo or running) and not suspects:
+                while todo and len(running) < jobs:
+                    w = todo.pop()
+                    running[pool.submit(_measure_args, w)] = w
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    w = running.pop(future)
+                    try:
+                        yield future.result()
+                    except BrokenProcessPool:
+                        suspects.append(w)
+            suspects += running.values()
+        for w in suspects:
+            with ProcessPoolExecutor(1) as alone:
+                try:
+                    yield alone.submit(_measure_args, w).result()
+                except BrokenProcessPool:
+                    model, level, config, _ = w
+                    yield Result(model, level, config, "error", [], False, "", "the process died (a crash in C++)")
 
 
 def _share(runs: list[Result], ok: int) -> str:
@@ -298,13 +330,12 @@ def main(argv: Sequence[str] | None = None, *, default_set: str = "", default_ti
     results: list[Result] = list(done)
     out = open(args.json, "a" if args.resume == args.json else "w") if args.json else None  # noqa: SIM115 (one line per result, as they come)
     try:
-        with ProcessPoolExecutor(max(1, args.jobs)) as pool:
-            for result in pool.map(_measure_args, work, chunksize=1):
-                results.append(result)
-                print(f"{result.model} {result.level}/{result.config}: {result.verdict}", file=sys.stderr, flush=True)
-                if out is not None:
-                    out.write(json.dumps(asdict(result)) + "\n")
-                    out.flush()
+        for result in _measure_all(work, max(1, args.jobs)):
+            results.append(result)
+            print(f"{result.model} {result.level}/{result.config}: {result.verdict}", file=sys.stderr, flush=True)
+            if out is not None:
+                out.write(json.dumps(asdict(result)) + "\n")
+                out.flush()
     finally:
         if out is not None:
             out.close()
