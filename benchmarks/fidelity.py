@@ -12,6 +12,8 @@ the same seeded random inputs). Each run is classified:
 
 * ``P`` / ``X`` / ``S``: qdqopt's output equals ORT's byte for byte / at tier X (names and order too) / only at
   tier S (same DAG); with N checked, each also means bit-identical outputs;
+* ``REF``: ORT cannot create the session (or its process dies creating it) and qdqopt refuses the model (counted
+  as exact);
 * otherwise a difference class: ``ORT ran <passes>`` when ORT's log shows passes qdqopt lacks (or that declined the
   model) modifying it, else ``qdqopt wrote differently`` with the first structural difference; ``error`` when one
   side failed.
@@ -65,10 +67,14 @@ class Result:
     def verdict(self) -> str:
         if self.tier == "error":
             return "ERR"
+        if self.tier == "refused":
+            return "REF"
         return self.tier if self.tier in ("P", "X", "S") else "diff"
 
     def exact(self, tier: str) -> bool:
-        """Whether the run holds at ``tier`` (P implies X implies S)."""
+        """Whether the run holds at ``tier`` (P implies X implies S); a session both ORT and qdqopt refuse holds."""
+        if self.tier == "refused":
+            return True
         order = ("S", "X", "P")
         return self.tier in order and order.index(self.tier) >= order.index(tier)
 
@@ -120,7 +126,10 @@ def measure(model: str, level: str, config: str, tiers: tuple[str, ...] = ("N", 
     try:
         comp = compare_level(_load(model), level, config=CONFIGS[config], tiers=tiers)  # type: ignore[arg-type]
     except QdqoptError as exc:
-        return Result(model, level, config, "error", [], False, "", f"{type(exc).__name__}: {exc}"[:300])
+        error = f"{type(exc).__name__}: {exc}"[:300]
+        return Result(
+            model, level, config, "refused" if _ort_fails(model, level, config) else "error", [], False, "", error
+        )
     report = comp.report
     structural = [t for t in ("P", "X", "S") if t in tiers]
     tier = next((t for t in structural if report.verdict.get(t) is True and _holds_up_to(report, t)), "-")
@@ -142,6 +151,18 @@ def measure(model: str, level: str, config: str, tiers: tuple[str, ...] = ("N", 
         ort_changed=bool(ort),
         numerics=numerics,
     )
+
+
+def _ort_fails(model: str, level: str, config: str) -> bool:
+    """Whether ORT itself cannot create the session qdqopt refused (then both agree: a ``refused`` run)."""
+    from qdqopt.errors import ReferenceError
+    from qdqopt.reference import run_reference
+
+    try:
+        run_reference(_load(model), level, config=CONFIGS[config])  # type: ignore[arg-type]
+    except ReferenceError:
+        return True
+    return False
 
 
 def _holds_up_to(report: object, tier: str) -> bool:
@@ -192,8 +213,40 @@ def _measure_all(work: list[tuple[str, str, str, tuple[str, ...]]], jobs: int) -
                 try:
                     yield alone.submit(_measure_args, w).result()
                 except BrokenProcessPool:
-                    model, level, config, _ = w
-                    yield Result(model, level, config, "error", [], False, "", "the process died (a crash in C++)")
+                    yield _died(*w[:3])
+
+
+def _died(model: str, level: str, config: str) -> Result:
+    """A measurement whose process died: ``refused`` when qdqopt, asked alone in a child, refuses the model (ORT's
+    session crashing on it is the fixture's known ORT bug), else an error."""
+    try:
+        with ProcessPoolExecutor(1) as alone:
+            refusal = alone.submit(_qdqopt_refusal, model, level, config).result()
+    except BrokenProcessPool:
+        refusal = None
+    if refusal:
+        return Result(model, level, config, "refused", [], False, "", f"ORT's session crashes; qdqopt: {refusal}")
+    return Result(
+        model,
+        level,
+        config,
+        "error",
+        [],
+        False,
+        "",
+        "the process died (a crash in ORT's C++) where qdqopt gives a model",
+    )
+
+
+def _qdqopt_refusal(model: str, level: str, config: str) -> str:
+    from qdqopt.api import run
+    from qdqopt.errors import QdqoptError
+
+    try:
+        run(_load(model), level, config=CONFIGS[config])  # type: ignore[arg-type]
+    except QdqoptError as exc:
+        return f"{type(exc).__name__}: {exc}"[:300]
+    return ""
 
 
 def _share(runs: list[Result], ok: int) -> str:
@@ -227,6 +280,12 @@ def table(results: list[Result]) -> list[str]:
             + f"   {_share(changed, sum(r.exact('X') for r in changed))}"
         )
     lines.append("")
+    refused = sum(r.tier == "refused" for r in results)
+    if refused:
+        lines.append(
+            f"(REF: {refused} run(s) where ORT cannot create the session, or crashes creating it, "
+            "and qdqopt refuses it: counted exact)"
+        )
     lines.append("difference classes (runs not exact at X), most frequent first:")
     classes: collections.Counter[str] = collections.Counter()
     example: dict[str, Result] = {}

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 
 import onnx
 
-from qdqopt import __version__, events, jsonout
+from qdqopt import __version__, events, jsonout, reference
 from qdqopt.api import run
 from qdqopt.compare import ISOLATION, compare_level, run_paired
 from qdqopt.config import SessionConfig
@@ -790,6 +790,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    isolated = reference.in_child_now()
+    reference.sessions_in_child()  # an ORT crash ends a child, never the command
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -807,6 +809,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             status = 3
+        finally:
+            reference.sessions_in_child(isolated)
     # once each: a command reads its config (and pass names) in more than one place (the CLI, qdqopt's run, ORT's)
     for message in dict.fromkeys(str(warning.message) for warning in caught):
         print(f"qdqopt: warning: {message}", file=sys.stderr)

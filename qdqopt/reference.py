@@ -212,7 +212,82 @@ def run_reference(
     disabled: Sequence[str] = (),
     capture_log: bool = True,
 ) -> ReferenceRun:
-    """Create an ORT CPU session and return its optimized model (and its log, captured at VERBOSE)."""
+    """Create an ORT CPU session and return its optimized model (and its log, captured at VERBOSE).
+
+    After :func:`sessions_in_child` (the CLI's setting), the session is created in a forked child: ORT's C++ can
+    crash on a model it accepted at DISABLE_ALL (NchwcTransformer on an unresolved graph), and that must end the
+    child only, reported as a :class:`ReferenceError`."""
+    if _SETTINGS["in_child"]:
+        return _in_child(model, level, config=config, disabled=disabled, capture_log=capture_log)
+    return _run_reference(model, level, config=config, disabled=disabled, capture_log=capture_log)
+
+
+#: whether :func:`run_reference` creates its sessions in a forked child (:func:`sessions_in_child`)
+_SETTINGS = {"in_child": False}
+
+
+def in_child_now() -> bool:
+    """Whether :func:`run_reference` creates its sessions in a forked child now."""
+    return _SETTINGS["in_child"]
+
+
+def sessions_in_child(on: bool = True) -> None:
+    """Have :func:`run_reference` create every ORT session in a forked child process from now on."""
+    _SETTINGS["in_child"] = on and hasattr(os, "fork")
+
+
+def _in_child(
+    model: str | os.PathLike[str] | onnx.ModelProto,
+    level: Level | int | str,
+    *,
+    config: Mapping[str, str] | None,
+    disabled: Sequence[str],
+    capture_log: bool,
+) -> ReferenceRun:
+    import pickle
+
+    lvl = parse_level(level)
+    with tempfile.TemporaryDirectory(prefix="qdqopt-child-") as tmp:
+        result = Path(tmp) / "result.pickle"
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: its answer (the run, or ORT's refusal) in a file, then out without cleanup
+            code = 0
+            try:
+                try:
+                    answer: object = _run_reference(
+                        model, lvl, config=config, disabled=disabled, capture_log=capture_log
+                    )
+                except ReferenceError as exc:
+                    answer = exc
+                result.write_bytes(pickle.dumps(answer))
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if os.WIFSIGNALED(status):
+            raise ReferenceError(
+                f"ONNX Runtime crashed (signal {os.WTERMSIG(status)}) creating a session at {lvl.ort_name}"
+            )
+        if not result.exists():
+            raise ReferenceError(f"ONNX Runtime's session at {lvl.ort_name} failed in its child process")
+        answer = pickle.loads(result.read_bytes())
+    if isinstance(answer, ReferenceError):
+        raise answer
+    assert isinstance(answer, ReferenceRun)
+    return answer
+
+
+def _run_reference(
+    model: str | os.PathLike[str] | onnx.ModelProto,
+    level: Level | int | str,
+    *,
+    config: Mapping[str, str] | None,
+    disabled: Sequence[str],
+    capture_log: bool,
+) -> ReferenceRun:
     import onnxruntime as ort
 
     lvl = parse_level(level)

@@ -358,3 +358,16 @@ def test_ort_check_runs_in_a_child_process(tmp_path: Path, monkeypatch: pytest.M
     out = tmp_path / "o.onnx"
     assert main(["optimize", str(example_model()), "-o", str(out)]) == 2
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", [["diff"], ["trace", "--ort"]])
+def test_ort_crashing_at_a_level_is_a_one_line_error(command: list[str], tmp_path: Path) -> None:
+    """ORT 1.32 accepts ``matmultranspose/transpose_cast_batch_mismatch`` at DISABLE_ALL but its NchwcTransformer
+    crashes the process at ALL (the fixture says why): a command that runs ORT at ALL creates that session in a
+    child, so the crash ends the child and the command says so in one line (exit 2), never with signal 11."""
+    path = tmp_path / "model.onnx"
+    onnx.save(fixture_model("matmultranspose/transpose_cast_batch_mismatch"), path)
+    proc = _run(*command, str(path), "--level", "all")
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-400:])
+    assert "ONNX Runtime crashed (signal" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

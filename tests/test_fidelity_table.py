@@ -48,3 +48,27 @@ def test_unknown_model_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> N
         fidelity.main(["no/such_fixture"])
     assert exc.value.code == 2
     assert "unknown fixture 'no/such_fixture'" in capsys.readouterr().err
+
+
+def test_a_session_both_refuse_is_ref_and_counts_as_exact() -> None:
+    """``layernorm/cast_leading_fp16`` at BASIC: ORT's session fails after LayerNormFusion, and qdqopt refuses the
+    model the same way: a ``REF`` run, exact, named under the table."""
+    result = fidelity.measure("layernorm/cast_leading_fp16", "basic", "default", tiers=("S", "X", "P"))
+    assert result.verdict == "REF" and result.exact("X"), result
+    assert any(line.startswith("(REF: 1 run(s)") for line in fidelity.table([result]))
+
+
+def test_a_crash_in_ort_ends_one_measurement_not_the_run() -> None:
+    """ORT 1.32's NchwcTransformer crashes the process on ``matmultranspose/transpose_cast_batch_mismatch`` at ALL;
+    the measurements around it still come, and the crashed one is an error result naming the crash."""
+    work = [
+        ("matmultranspose/transpose_cast_batch_mismatch", level, "default", ("S", "X", "P"))
+        for level in ("extended", "all")
+    ]
+    work.append(("eudq/subgraph_and_one_explicit", "all", "default", ("S", "X", "P")))
+    results = {(r.model, r.level): r for r in fidelity._measure_all(work, 2)}
+    assert len(results) == 3
+    assert results[("matmultranspose/transpose_cast_batch_mismatch", "extended")].verdict == "P"
+    assert results[("eudq/subgraph_and_one_explicit", "all")].verdict == "P"
+    crashed = results[("matmultranspose/transpose_cast_batch_mismatch", "all")]
+    assert crashed.verdict == "ERR" and "crash in ORT's C++" in crashed.error
