@@ -274,6 +274,8 @@ _UNIT_PREFIXES = ("fz_softmax_", "fz_params_", "fz_lookup_", "fz_avgpool_")
 _UNIT_FUSED = {
     "knownx/fz_softmax_scale_1d": "QLinearSoftmax",
     "knownx/fz_softmax_output_per_axis": "QLinearSoftmax",
+    "knownx/fz_softmax_scale_denormal": "QLinearSoftmax",
+    "knownx/fz_softmax_scale_inf": "QLinearSoftmax",
     "knownx/fz_params_add_scale_input": "QLinearAdd",
     "knownx/fz_params_concat_one_element": "QLinearConcat",
     "knownx/fz_avgpool_scalar": "QLinearAveragePool",
@@ -303,6 +305,10 @@ def test_knownx_unit_params_boundary() -> None:
     [
         ("knownx/fz_softmax_scale_input", "UnarySelector"),
         ("knownx/fz_softmax_scale_2d", "UnarySelector"),
+        ("knownx/fz_softmax_scale_zero", "UnarySelector"),
+        ("knownx/fz_softmax_scale_negative", "UnarySelector"),
+        ("knownx/fz_softmax_scale_nan", "UnarySelector"),
+        ("knownx/fz_softmax_scale_merged_zero", "UnarySelector"),
         ("knownx/fz_params_add_one_element", "_params_shape_reason"),
         ("knownx/fz_params_mul_per_axis_output", "_params_shape_reason"),
         ("knownx/fz_params_concat_per_axis", "_params_shape_reason"),

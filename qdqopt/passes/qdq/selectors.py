@@ -456,6 +456,10 @@ class UnarySelector(NodeGroupSelector):
             scale = constant_initializer(ctx.graph, _input(dqs[0], 1))
             if scale is None or not (len(scale.dims) == 0 or list(scale.dims) == [1]):
                 return NoMatch("the input scale is not a constant scalar initializer (QLinearSoftmax)", (dqs[0].name,))
+            # ... and a positive one (measured, knownx/fz_softmax_scale_*: 0, negative and NaN scales keep the
+            # unit; +inf and a denormal fuse), which a DoubleQDQPairsRemover merge of disjoint ranges can make 0
+            if not float(ctx.graph.array(_input(dqs[0], 1)).reshape(-1)[0]) > 0:
+                return NoMatch("the input scale is not positive (QLinearSoftmax)", (dqs[0].name,))
         return None
 
 
