@@ -38,7 +38,7 @@ import collections
 import enum
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import overload
+from typing import NamedTuple, overload
 
 import networkx as nx
 import numpy as np
@@ -189,9 +189,9 @@ def merge_declared(graph: Graph, name: str, inferred: Sequence[int | None] | Non
     return [i if i is not None else d for i, d in zip(inferred, declared, strict=True)]
 
 
-@dataclass(frozen=True, order=True)
-class Edge:
-    """A data edge. Sorting edges gives ORT's ``EdgeEndCompare`` order for one node's output edges."""
+class Edge(NamedTuple):
+    """A data edge. Sorting edges gives ORT's ``EdgeEndCompare`` order for one node's output edges (a named tuple:
+    cheap to make and compare, as passes ask for edges all the time)."""
 
     dst: int
     src_slot: int
@@ -233,7 +233,7 @@ class Node:
     since_version: int | None = None
     original: onnx.NodeProto | None = None
     #: ORT's ``NodeAttributes`` is a ``std::unordered_map``: this mirrors its iteration (= saved) order.
-    attr_map: StdUnorderedMap = field(default_factory=StdUnorderedMap)
+    attr_map: StdUnorderedMap = field(default_factory=lambda: StdUnorderedMap(memo=True))
 
     def attribute_order(self) -> list[str]:
         """Attribute names in the order ORT writes them."""
@@ -352,6 +352,9 @@ class Graph:
         self._producer: dict[str, tuple[int, int]] = {}
         self._consumers: dict[str, set[int]] = {}
         self._consumed: dict[int, set[str]] = {}
+        # the live nodes that have subgraphs (kept by add_node, remove_node and refresh_implicit_inputs, which every
+        # attaching of a subgraph is followed by), so that what recurses into subgraphs skips the other nodes
+        self._sub_nodes: set[int] = set()
         # live node names (with multiplicity) and op counts, kept as nodes come and go
         self._live_names: collections.Counter[str] = collections.Counter()
         self._op_count: collections.Counter[str] = collections.Counter()
@@ -431,6 +434,7 @@ class Graph:
         new._producer = dict(self._producer)
         new._consumers = {k: set(v) for k, v in self._consumers.items()}
         new._consumed = {k: set(v) for k, v in self._consumed.items()}
+        new._sub_nodes = set(self._sub_nodes)
         new.inputs = [_copy_proto(v) for v in self.inputs]
         new.outputs = [_copy_proto(v) for v in self.outputs]
         new.value_info = [_copy_proto(v) for v in self.value_info]
@@ -498,9 +502,8 @@ class Graph:
     def op_counts(self) -> collections.Counter[str]:
         """Op counts of this graph and its subgraphs, keyed ``op`` or ``domain.op`` (kept as nodes come and go)."""
         counts = collections.Counter(self._op_count)
-        for node in self._nodes.values():
-            for sub in node.subgraphs.values():
-                counts.update(sub.op_counts())
+        for _, _, sub in self.subgraphs():
+            counts.update(sub.op_counts())
         return counts
 
     def topological_order(self) -> list[Node]:
@@ -558,7 +561,9 @@ class Graph:
             node.attr_map.update(node.attributes)
         self._next_index += 1
         self._nodes[node.index] = node
-        self._nx.add_node(node.index)
+        if node.subgraphs:
+            self._sub_nodes.add(node.index)
+        self._nx_add(node.index)
         self._live_names[name] += 1
         self._op_count[node.qualified_op] += 1
         self._note("+", node)
@@ -580,6 +585,53 @@ class Graph:
             self.modified = True
         return node
 
+    def load_node(
+        self,
+        name: str,
+        op_type: str,
+        inputs: list[str],
+        outputs: list[str],
+        domain: str,
+        attributes: dict[str, onnx.AttributeProto],
+        doc_string: str,
+        original: onnx.NodeProto,
+        attr_map: StdUnorderedMap,
+    ) -> Node:
+        """:meth:`add_node` for the loader, which builds a graph from scratch: the node (taking ``inputs``,
+        ``outputs``, ``attributes`` and ``attr_map`` as they are) is registered, but its edges wait for
+        :meth:`finish_load`, and the NodeArg map for :meth:`forget_production` (ORT's constructor fills it in its own
+        order); the graph is not marked modified."""
+        index = self._next_index
+        self._next_index += 1
+        node = Node(index, name, op_type, domain, inputs, outputs, attributes, doc_string, original=original)
+        node.attr_map = attr_map
+        self._nodes[index] = node
+        self._nx_add(index)
+        self._live_names[name] += 1
+        self._op_count[node.qualified_op] += 1
+        node.since_version = self._since_version(node)
+        known, producer = self._known_values, self._producer
+        for slot, value in enumerate(outputs):
+            if value:
+                producer[value] = (index, slot)
+                known.add(value)
+        for value in inputs:
+            if value:
+                known.add(value)
+        return node
+
+    def finish_load(self) -> None:
+        """Wire every node's input edges (after :meth:`load_node` of every node)."""
+        for node in self._nodes.values():
+            self._rewire_inputs(node)
+
+    def _nx_add(self, index: int) -> None:
+        # networkx's MultiDiGraph.add_node, its adjacency reached directly (as _rewire_inputs does for edges)
+        graph = self._nx
+        graph._succ[index] = {}
+        graph._pred[index] = {}
+        graph._node[index] = {}
+
     def remove_node(self, node: Node) -> None:
         """``Graph::RemoveNode``: the node and all its edges go; its output values stay known (ORT keeps NodeArgs)."""
         self._before_edit()
@@ -592,6 +644,7 @@ class Graph:
         self._nx.remove_node(node.index)
         self._order = None
         del self._nodes[node.index]
+        self._sub_nodes.discard(node.index)
         self._live_names[node.name] -= 1
         if not self._live_names[node.name]:
             del self._live_names[node.name]
@@ -750,7 +803,8 @@ class Graph:
             for dst, keys in self._nx._succ[src].items()
             for key, data in keys.items()
         ]
-        edges.sort()
+        if len(edges) > 1:
+            edges.sort()
         return edges
 
     def input_edges(self, node: Node) -> list[Edge]:
@@ -760,8 +814,17 @@ class Graph:
             for src, keys in self._nx._pred[dst].items()
             for key, data in keys.items()
         ]
-        edges.sort(key=lambda e: (e.src, e.src_slot, e.dst_slot))
+        if len(edges) > 1:
+            edges.sort(key=_input_edge_key)
         return edges
+
+    def output_edge_count(self, node: Node) -> int:
+        """``Node::GetOutputEdgesCount``: ``len(output_edges(node))`` without making the edges."""
+        return sum(len(keys) for keys in self._nx._succ[node.index].values())
+
+    def input_edge_count(self, node: Node) -> int:
+        """``Node::GetInputEdgesCount`` (implicit-input edges included), without making the edges."""
+        return sum(len(keys) for keys in self._nx._pred[node.index].values())
 
     def input_nodes(self, node: Node) -> list[Node]:
         """Producers of the node's inputs, one per input edge, in ascending index order."""
@@ -1228,7 +1291,8 @@ class Graph:
 
     def record_subgraph_reads(self) -> None:
         """Resolve adds to ``value_info_`` every node output that a subgraph reads; entries are never dropped."""
-        for node in self._nodes.values():
+        for index in self._sub_nodes:
+            node = self._nodes[index]
             self.value_info_names.update(v for v in node.implicit_inputs if v in self._producer)
 
     def unused_initializers(self) -> list[str]:
@@ -1281,14 +1345,17 @@ class Graph:
         for name in unused:
             self._known_values.discard(name)
             self._arg_map.erase(name)  # (a value the map never held: nothing to log)
-        for node in self._nodes.values():
-            for sub in _subgraphs_in_map_order(node):
+        for index in sorted(self._sub_nodes):
+            for sub in _subgraphs_in_map_order(self._nodes[index]):
                 removed += sub.resolve()
         return removed
 
     # ------------------------------------------------------------------ subgraphs
     def subgraphs(self) -> Iterator[tuple[Node, str, Graph]]:
-        for node in self.nodes():
+        """Each node's subgraphs (node index order, then the node's attribute order)."""
+        nodes = self._nodes
+        for index in sorted(self._sub_nodes):
+            node = nodes[index]
             for attr_name, sub in node.subgraphs.items():
                 yield node, attr_name, sub
 
@@ -1438,14 +1505,17 @@ class Graph:
     def _refresh_subgraph_reads(self) -> None:
         """Resolve's ``BuildConnections``: innermost graphs first, every node with subgraphs gets its implicit inputs
         (the outer-scope values its subgraphs read) recomputed, so a pass that changed a subgraph need not."""
-        for node in list(self._nodes.values()):
-            if node.subgraphs:
-                for sub in node.subgraphs.values():
-                    sub._refresh_subgraph_reads()
-                self.refresh_implicit_inputs(node)
+        for index in sorted(self._sub_nodes):
+            node = self._nodes[index]
+            for sub in node.subgraphs.values():
+                sub._refresh_subgraph_reads()
+            self.refresh_implicit_inputs(node)
 
     def refresh_implicit_inputs(self, node: Node) -> None:
-        """Recompute ``node.implicit_inputs`` from its subgraphs and rewire the implicit edges."""
+        """Recompute ``node.implicit_inputs`` from its subgraphs and rewire the implicit edges (called whenever
+        subgraphs are attached to a node)."""
+        if node.subgraphs and self._nodes.get(node.index) is node:
+            self._sub_nodes.add(node.index)
         implicit: dict[str, None] = {}
         for sub in node.subgraphs.values():
             for value in sub.outer_scope_values():
@@ -1511,6 +1581,10 @@ class Graph:
         self._connect_consumers_of(value)
 
 
+def _input_edge_key(edge: Edge) -> tuple[int, int, int]:
+    return edge.src, edge.src_slot, edge.dst_slot
+
+
 def _complete(found: onnx.TypeProto | None) -> bool:
     """Whether a tensor type knows its shape, each dim a value."""
     if found is None or not found.HasField("tensor_type") or not found.tensor_type.HasField("shape"):
@@ -1548,6 +1622,7 @@ _CLONED_FIELDS = {
     "_producer",
     "_consumers",
     "_consumed",
+    "_sub_nodes",
     "_live_names",
     "_op_count",
     "_journal",

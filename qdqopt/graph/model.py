@@ -484,15 +484,28 @@ def _read_exactly(handle: BinaryIO, count: int) -> bytes:
 
 
 def _add_proto_node(
-    graph: Graph, proto: onnx.NodeProto, domain: str, *, original: onnx.NodeProto | None = None
+    graph: Graph, proto: onnx.NodeProto, domain: str, *, original: onnx.NodeProto | None = None, loading: bool = False
 ) -> Node:
     """Add the node ``proto`` describes (its attribute protos shared: they are never edited in place), under
-    ``domain``; its subgraphs are the caller's."""
+    ``domain``; its subgraphs are the caller's. ``loading``: the graph is being built (:meth:`Graph.load_node`,
+    ``original`` is ``proto``)."""
     attrs = {a.name: a for a in proto.attribute}
     # ORT fills a reserved map in proto order, then copies it into the node (same iteration order).
-    attr_map = StdUnorderedMap()
+    attr_map = StdUnorderedMap(memo=True)
     attr_map.reserve(len(proto.attribute))
-    attr_map.update(a.name for a in proto.attribute)
+    attr_map.update(attrs)
+    if loading:
+        return graph.load_node(
+            proto.name,
+            proto.op_type,
+            list(proto.input),
+            list(proto.output),
+            domain,
+            attrs,
+            proto.doc_string,
+            proto,
+            attr_map,
+        )
     return graph.add_node(
         proto.name,
         proto.op_type,
@@ -547,7 +560,7 @@ def _build_graph(
                 raise ModelError(f"This is an invalid model. Error: Duplicate definition of name ({out}).")
             made.add(out)
         graph.original_nodes.append(node_proto)
-        node = _add_proto_node(graph, node_proto, node_proto.domain, original=node_proto)
+        node = _add_proto_node(graph, node_proto, node_proto.domain, original=node_proto, loading=True)
         for attr in node_proto.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
                 node.subgraphs[attr.name] = _build_graph(attr.g, opsets, ir_version, graph, node)
@@ -557,6 +570,7 @@ def _build_graph(
                 )
         if node.subgraphs:
             graph.refresh_implicit_inputs(node)
+    graph.finish_load()
     graph.modified = False
     graph.forget_production()
     return graph

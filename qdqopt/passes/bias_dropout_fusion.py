@@ -81,7 +81,7 @@ class BiasDropoutFusion(GraphTransformer):
     def _fuse(self, graph: Graph, add: Node) -> bool:
         if not is_supported_op(add, "Add", _ADD) or not self.node_is_compatible(add):
             return False
-        if len(graph.output_edges(add)) != 1 or node_produces_graph_output(graph, add):
+        if graph.output_edge_count(add) != 1 or node_produces_graph_output(graph, add):
             return False
         shapes = _shapes(graph, add)
         if shapes is None:

@@ -382,7 +382,7 @@ def remove_nodes_with_one_output_bottom_up(graph: Graph, start: Node) -> bool:
         current = graph.node(index)
         if current is None:
             continue
-        edge_count = len(graph.output_edges(current))
+        edge_count = graph.output_edge_count(current)
         if edge_count > 1 or produces_graph_output(graph, current):
             continue
         for name in current.inputs:

@@ -318,7 +318,7 @@ class ReshapeFusion(GraphTransformer):
             return False
         starts: list[int] = []
         ends: list[int] = []
-        if len(graph.input_edges(slice_node)) >= 3:
+        if graph.input_edge_count(slice_node) >= 3:
             _append_initializer(graph, slice_node.inputs[1], starts)
             _append_initializer(graph, slice_node.inputs[2], ends)
         else:  # ORT reads the Slice-1 attributes here, whatever the Slice version

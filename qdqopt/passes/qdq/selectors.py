@@ -190,7 +190,7 @@ def redundant_clip_candidate(graph: Graph, node: Node) -> Node | None:
     consumer = graph.node(edges[0].dst)
     if consumer is None or consumer.op_type not in ("Relu", "Clip"):
         return None
-    if len(graph.output_edges(consumer)) != 1 or produces_graph_output(graph, consumer):
+    if graph.output_edge_count(consumer) != 1 or produces_graph_output(graph, consumer):
         return None
     return consumer
 
@@ -312,8 +312,8 @@ class NodeGroupSelector:
         if not qs:
             return None if empty_q_allowed else NoMatch("the output is not consumed by a QuantizeLinear")
         n_out = sum(1 for v in node.outputs if v)
-        if n_out != len(qs) or len(qs) != len(graph.output_edges(node)):
-            edges = len(graph.output_edges(node))
+        if n_out != len(qs) or len(qs) != graph.output_edge_count(node):
+            edges = graph.output_edge_count(node)
             return NoMatch(f"{len(qs)} QuantizeLinear consumer(s) for {n_out} output(s) and {edges} output edge(s)")
         if produces_graph_output(graph, node):
             return NoMatch("the target produces a graph output")
@@ -769,7 +769,7 @@ class DQMatMulNBitsSelector(NodeGroupSelector):
                 "(measured, knownx/fz_nbits_fp16_*)",
                 (weight.name,),
             )
-        if len(graph.output_edges(weight)) != 1 or produces_graph_output(graph, weight):
+        if graph.output_edge_count(weight) != 1 or produces_graph_output(graph, weight):
             return NoMatch(
                 "the weight DQ does not have exactly one output edge (or produces a graph output)", (weight.name,)
             )
