@@ -150,7 +150,7 @@ def _shape_incomplete(found: onnx.TypeProto) -> bool:
 
 def _shape_dims(shape: onnx.TensorShapeProto, as_written: bool) -> ShapeDims:
     dims: ShapeDims = []
-    for dim in shape.dim:
+    for dim in shape.dim[:]:  # (a slice: iterating a upb container ends in an IndexError, which costs)
         if dim.HasField("dim_value"):
             dims.append(int(dim.dim_value))
         elif dim.HasField("dim_param") and (as_written or not dim.dim_param.startswith("unk__")):
@@ -162,6 +162,8 @@ def _shape_dims(shape: onnx.TensorShapeProto, as_written: bool) -> ShapeDims:
 
 
 def _declared_input_type(graph: Graph, name: str) -> onnx.TypeProto | None:
+    if name not in graph.input_index():
+        return None
     for vi in graph.inputs:
         if vi.name == name and vi.HasField("type"):
             return vi.type
@@ -343,6 +345,8 @@ class Graph:
         self.doc_string_present = False
         self.ir_version = 10
         self.opsets = opsets
+        # the schema of each (domain, op type) at this graph's opsets (see schema())
+        self._schemas: dict[tuple[str, str], OpSchema | object | None] = {}
         self.parent = parent
         self.parent_node = parent_node
         self._nx: nx.MultiDiGraph = nx.MultiDiGraph()
@@ -365,6 +369,9 @@ class Graph:
         self.inputs: list[onnx.ValueInfoProto] = []
         self.outputs: list[onnx.ValueInfoProto] = []
         self.value_info: list[onnx.ValueInfoProto] = []
+        # the inputs and outputs by name, with the list and length they were made for (see input_index)
+        self._input_index: tuple[list[onnx.ValueInfoProto], int, dict[str, onnx.ValueInfoProto]] | None = None
+        self._output_index: tuple[list[onnx.ValueInfoProto], int, dict[str, onnx.ValueInfoProto]] | None = None
         #: names of the value_info entries ORT keeps (their tensor had a NodeArg after load)
         self.value_info_names: set[str] = set()
         # initializers, in ORT's graph_proto_->initializer() order
@@ -419,6 +426,8 @@ class Graph:
         # the structure when the pass application under way began (the main graph's; None: no pass began)
         self._pass_began_at: tuple[int, ...] | None = None
         self._node_types: dict[tuple[str, int], onnx.TypeProto | None] = {}
+        # node index -> what node_proto made of the node, with the node's fields it was made from
+        self._node_protos: dict[int, tuple[tuple[object, ...], tuple[onnx.AttributeProto, ...], onnx.NodeProto]] = {}
 
     def clone(self, parent: Graph | None = None, parent_node: Node | None = None) -> Graph:
         """An independent copy (nodes, edges, values, initializers, names, counters, the types inferred so far;
@@ -429,6 +438,7 @@ class Graph:
         new.parent = parent if parent is not None else self.parent
         new.parent_node = parent_node if parent_node is not None else self.parent_node
         new.opsets = parent.opsets if parent is not None else dict(self.opsets)
+        new._schemas = dict(self._schemas)
         new._nx = self._nx.copy()
         new._order = None if self._order is None else list(self._order)
         new._producer = dict(self._producer)
@@ -464,6 +474,7 @@ class Graph:
         new._pass_new = None if self._pass_new is None else set(self._pass_new)
         new._data_types = None if self._data_types is None else dict(self._data_types)
         new._node_types = {}  # the copy infers node by node on its own
+        new._node_protos = {}
         new._nodes = {}
         for index, node in self._nodes.items():
             copied = Node(
@@ -639,11 +650,21 @@ class Graph:
         for slot, value in enumerate(node.outputs):
             if value and self._producer.get(value) == (node.index, slot):
                 del self._producer[value]
-        for value in self._consumed.pop(node.index, set()):
-            self._consumers.get(value, set()).discard(node.index)
-        self._nx.remove_node(node.index)
+        index = node.index
+        consumers = self._consumers
+        for value in self._consumed.pop(index, ()):
+            readers = consumers.get(value)
+            if readers is not None:
+                readers.discard(index)
+        # networkx's MultiDiGraph.remove_node, its adjacency reached directly
+        succ, pred = self._nx._succ, self._nx._pred
+        for dst in succ[index]:
+            del pred[dst][index]
+        for src in pred[index]:
+            del succ[src][index]
+        del succ[index], pred[index], self._nx._node[index]
         self._order = None
-        del self._nodes[node.index]
+        del self._nodes[index]
         self._sub_nodes.discard(node.index)
         self._live_names[node.name] -= 1
         if not self._live_names[node.name]:
@@ -736,6 +757,32 @@ class Graph:
             del root._journal[key]  # added and removed in this stretch: neither
             return
         root._journal[key] = (kind, node.name, node.qualified_op)
+
+    def node_proto(self, node: Node) -> onnx.NodeProto:
+        """``Node::ToProto`` of a node without subgraphs: name, op, domain and doc string (when not empty),
+        attributes in ``NodeAttributes`` order, inputs, outputs. Kept while the node stays as it is (the inference
+        runs and the saver each write every node), so the caller must not edit it (a repeated field's ``append``
+        copies it)."""
+        assert not node.subgraphs, "node_proto: a node with subgraphs is written with its subgraphs"
+        attributes = node.attributes
+        order = tuple(name for name in node.attr_map if name in attributes)
+        fields = (node.name, node.op_type, node.domain, node.doc_string, tuple(node.inputs), tuple(node.outputs), order)
+        protos = tuple(attributes[name] for name in order)  # the protos themselves: never edited in place
+        cached = self._node_protos.get(node.index)
+        if cached is not None and cached[0] == fields and all(a is b for a, b in zip(cached[1], protos, strict=True)):
+            return cached[2]
+        proto = onnx.NodeProto()
+        proto.name = node.name
+        proto.op_type = node.op_type
+        if node.domain:
+            proto.domain = node.domain
+        if node.doc_string:
+            proto.doc_string = node.doc_string
+        proto.attribute.extend(protos)
+        proto.input.extend(node.inputs)
+        proto.output.extend(node.outputs)
+        self._node_protos[node.index] = (fields, protos, proto)
+        return proto
 
     def take_changes(self) -> Changes:
         """The nodes added, removed and rewired in this graph and its subgraphs since the last call (or the load), in
@@ -834,7 +881,29 @@ class Graph:
         return [o.name for o in self.outputs]
 
     def is_graph_output(self, value: str) -> bool:
-        return any(o.name == value for o in self.outputs)
+        return value in self.output_index()
+
+    def input_index(self) -> dict[str, onnx.ValueInfoProto]:
+        """The graph inputs by name (the first of a repeated name), kept until ``inputs`` is replaced or grows."""
+        inputs = self.inputs
+        cached = self._input_index
+        if cached is None or cached[0] is not inputs or cached[1] != len(inputs):
+            index: dict[str, onnx.ValueInfoProto] = {}
+            for vi in inputs:
+                index.setdefault(vi.name, vi)
+            cached = self._input_index = (inputs, len(inputs), index)
+        return cached[2]
+
+    def output_index(self) -> dict[str, onnx.ValueInfoProto]:
+        """The graph outputs by name (the first of a repeated name), as :meth:`input_index`."""
+        outputs = self.outputs
+        cached = self._output_index
+        if cached is None or cached[0] is not outputs or cached[1] != len(outputs):
+            index: dict[str, onnx.ValueInfoProto] = {}
+            for vi in outputs:
+                index.setdefault(vi.name, vi)
+            cached = self._output_index = (outputs, len(outputs), index)
+        return cached[2]
 
     def graph_input_names(self) -> list[str]:
         """Graph inputs as listed in the model (for IR < 4 they include initializers)."""
@@ -868,6 +937,10 @@ class Graph:
         copied = onnx.TypeProto()
         copied.CopyFrom(type_proto)
         self._types[name] = copied
+
+    def adopt_value_type(self, name: str, type_proto: onnx.TypeProto) -> None:
+        """:meth:`set_value_type` with a TypeProto the caller gives up (kept as it is, not copied; never edit it)."""
+        self._types[name] = type_proto
 
     def pin_value_type(self, name: str, type_proto: onnx.TypeProto) -> None:
         """Set the type of the value's NodeArg outright, as a pass editing NodeArgs does (``NodeArg::SetShape``,
@@ -1016,7 +1089,7 @@ class Graph:
         """``View.FILLED``: see :class:`View`."""
         scope: Graph | None = self
         while scope is not None:
-            if value in scope.graph_input_names():
+            if value in scope.input_index():
                 return _declared_shape(scope, value)
             tensor = scope.initializer(value)
             if tensor is not None:
@@ -1068,7 +1141,7 @@ class Graph:
         input's declared shape, the inferred one; a value read from an enclosing scope has that scope's."""
         if not value:
             return None
-        declared = next((i for i in self.inputs if i.name == value), None)
+        declared = self.input_index().get(value)
         tensor = self._inits.get(value)
         if tensor is not None and declared is None:
             return [int(d) for d in tensor.dims]
@@ -1108,7 +1181,7 @@ class Graph:
         types = self._data_types
         if types is None:
             types = self._data_types = {}
-        for vi in (*inferred.input, *inferred.output, *inferred.value_info):
+        for vi in (*inferred.input[:], *inferred.output[:], *inferred.value_info[:]):
             if vi.HasField("type"):
                 previous = types.get(vi.name)
                 # what this inference leaves unknown the NodeArg keeps from before (ORT merges, never clears a dim
@@ -1197,7 +1270,7 @@ class Graph:
     def is_constant_initializer(self, name: str, *, check_outer_scope: bool = True) -> bool:
         """An initializer that no graph input can override (``graph_utils::IsConstantInitializer``)."""
         if name in self._inits:
-            return not (self.can_override_initializers() and any(i.name == name for i in self.inputs))
+            return not (self.ir_version >= 4 and name in self.input_index())
         if check_outer_scope and self.parent is not None and not self._defined_here(name):
             return self.parent.is_constant_initializer(name)
         return False
@@ -1275,7 +1348,11 @@ class Graph:
         return self.opsets.get(normalize_domain(domain))
 
     def schema(self, node: Node) -> OpSchema | None:
-        return lookup(node.domain, node.op_type, self.opset(node.domain))
+        key = (node.domain, node.op_type)
+        found = self._schemas.get(key, _NO_SCHEMA)
+        if found is _NO_SCHEMA:  # the opsets never change once loaded
+            found = self._schemas[key] = lookup(node.domain, node.op_type, self.opset(node.domain))
+        return found  # type: ignore[return-value]
 
     def fill_default_attributes(self) -> None:
         """Add every schema-default attribute missing on a node (part of ``Resolve``; recursive)."""
@@ -1370,7 +1447,7 @@ class Graph:
 
     def defines(self, value: str) -> bool:
         """Whether ``value`` is produced, initialized or a graph input in this graph (not an outer-scope value)."""
-        return value in self._producer or value in self._inits or any(i.name == value for i in self.inputs)
+        return value in self._producer or value in self._inits or value in self.input_index()
 
     _defined_here = defines
 
@@ -1379,15 +1456,18 @@ class Graph:
         the nearest enclosing one that does; None when the name is no initializer there."""
         scope: Graph | None = self
         while scope is not None and name:
-            if scope.is_initializer(name):
+            if name in scope._inits:
                 return scope
-            if scope.defines(name) or not check_outer_scope:
+            if not check_outer_scope or scope.defines(name):
                 return None
             scope = scope.parent
         return None
 
     def constant_initializer(self, name: str, *, check_outer_scope: bool = True) -> onnx.TensorProto | None:
         """``Graph::GetConstantInitializer``: the tensor, unless a graph input can override it."""
+        tensor = self._inits.get(name)
+        if tensor is not None and name:  # this graph's own (the usual case, answered here)
+            return None if self.ir_version >= 4 and name in self.input_index() else tensor
         owner = self.initializer_owner(name, check_outer_scope=check_outer_scope)
         if owner is None or not owner.is_constant_initializer(name, check_outer_scope=False):
             return None
@@ -1581,6 +1661,9 @@ class Graph:
         self._connect_consumers_of(value)
 
 
+_NO_SCHEMA = object()
+
+
 def _input_edge_key(edge: Edge) -> tuple[int, int, int]:
     return edge.src, edge.src_slot, edge.dst_slot
 
@@ -1613,6 +1696,7 @@ _CLONED_FIELDS = {
     "doc_string_present",
     "ir_version",
     "opsets",
+    "_schemas",
     "parent",
     "parent_node",
     "_nx",
@@ -1630,6 +1714,8 @@ _CLONED_FIELDS = {
     "inputs",
     "outputs",
     "value_info",
+    "_input_index",
+    "_output_index",
     "value_info_names",
     "_init_order",
     "_verbatim_order",
@@ -1659,4 +1745,5 @@ _CLONED_FIELDS = {
     "_data_typed_at",
     "_pass_began_at",
     "_node_types",
+    "_node_protos",
 }

@@ -386,7 +386,7 @@ def remove_nodes_with_one_output_bottom_up(graph: Graph, start: Node) -> bool:
         if edge_count > 1 or produces_graph_output(graph, current):
             continue
         for name in current.inputs:
-            if not name or _is_initializer_any_scope(graph, name) or name in graph.graph_input_names():
+            if not name or _is_initializer_any_scope(graph, name) or name in graph.input_index():
                 continue
             parent = graph.producer(name)
             if parent is not None:

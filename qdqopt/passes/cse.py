@@ -220,7 +220,7 @@ def _replace_downstream(graph: Graph, node: Node, output_index: int, replacement
 
 def _rename_in_subgraph(graph: Graph, old: str, new: str) -> None:
     """``UpdateImplicitInputNameInSubgraph``: an outer-scope name read by a subgraph (and its own subgraphs)."""
-    if graph.producer(old) is not None or graph.is_initializer(old) or old in graph.graph_input_names():
+    if graph.producer(old) is not None or graph.is_initializer(old) or old in graph.input_index():
         return
     for node in graph.nodes():
         for slot, name in enumerate(list(node.inputs)):

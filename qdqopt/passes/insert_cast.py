@@ -205,7 +205,7 @@ def _has_untyped_value(graph: Graph) -> bool:
 def _add_cast_node(graph: Graph, old: str, *, new_on_input: bool, to: int) -> str:
     """``AddCastNode``: a CPU Cast between ``old`` and a new fp32 arg named like the node; returns the new arg."""
     name = graph.generate_node_name(PREFIX + old)
-    if graph.producer(name) is not None or graph.is_initializer(name) or name in graph.graph_input_names():
+    if graph.producer(name) is not None or graph.is_initializer(name) or name in graph.input_index():
         raise ModelError(
             f"Duplicate definition of name ({name}): InsertCastTransformer names a new tensor after its Cast node, "
             "and the model already has a tensor of that name"

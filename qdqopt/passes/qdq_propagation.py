@@ -116,7 +116,7 @@ def _edge_from_input_or_initializer(graph: Graph, node: Node, slot: int) -> _Edg
     """``TryCreateFromInputOrInitializerToNode``: only a value listed as a graph input qualifies (an initializer only
     when the model lists it as an input too, i.e. ``IsInputsIncludingInitializers``)."""
     value = node.inputs[slot] if slot < len(node.inputs) else ""
-    if value and value in graph.graph_input_names():
+    if value and value in graph.input_index():
         return _Edge(None, (node.index, slot), value)
     return None
 
