@@ -68,8 +68,8 @@ def _clear_negative_dims(type_proto: onnx.TypeProto) -> bool:
     which = type_proto.WhichOneof("value")
     if which in {"tensor_type", "sparse_tensor_type"}:
         changed = False
-        for dim in getattr(type_proto, which).shape.dim:
-            if dim.HasField("dim_value") and dim.dim_value < 0:
+        for dim in getattr(type_proto, which).shape.dim[:]:
+            if dim.dim_value < 0:  # (0 when not set)
                 dim.ClearField("dim_value")
                 changed = True
         return changed
@@ -82,12 +82,15 @@ def _clear_negative_dims(type_proto: onnx.TypeProto) -> bool:
     return False
 
 
-def _without_negative_dims(gp: onnx.GraphProto) -> None:
+def _without_negative_dims(gp: onnx.GraphProto, subgraphs: bool = True) -> None:
     """A graph ONNX's inference can be given: a negative dim declared on a value (invalid ONNX, which ORT keeps as a
     value) becomes unknown, since ONNX's inference functions assume dims are not negative (the ``onnx`` wheel is
-    built with assertions: Slice's ``std::clamp`` aborts the whole process on one)."""
+    built with assertions: Slice's ``std::clamp`` aborts the whole process on one). ``subgraphs``: False when no
+    node has one."""
     for vi in (*gp.input[:], *gp.output[:], *gp.value_info[:]):
         _clear_negative_dims(vi.type)
+    if not subgraphs:
+        return
     for node in gp.node[:]:
         for attr in node.attribute[:]:
             if attr.type == onnx.AttributeProto.GRAPH:
@@ -101,16 +104,18 @@ def _without_negative_dims(gp: onnx.GraphProto) -> None:
 _NEGATIVE_VARINT = re.compile(rb"\x08[\x80-\xff]{9}\x01")
 
 
-def _infer_shapes(model: onnx.ModelProto, *, data_prop: bool = False) -> tuple[onnx.ModelProto, bool]:
+def _infer_shapes(
+    model: onnx.ModelProto, *, data_prop: bool = False, subgraphs: bool = True
+) -> tuple[onnx.ModelProto, bool]:
     """``onnx.shape_inference.infer_shapes`` on ``model`` (edited: negative dims made unknown first), and whether
     the result names a dim ``unk__...`` (when it does not, no dim needs :func:`_clear_invented_dims`).
 
     ONNX's own wrapper serialises, infers and parses; this does the same, looking at the bytes on the way: the
-    graph is only walked for negative dims when its bytes hold a negative varint, and the result for invented dim
-    names when its bytes hold ``unk__``."""
+    graph is only walked for negative dims when its bytes hold a negative varint (its nodes only if it has
+    ``subgraphs``), and the result for invented dim names when its bytes hold ``unk__``."""
     data = model.SerializeToString()
     if _NEGATIVE_VARINT.search(data):
-        _without_negative_dims(model.graph)
+        _without_negative_dims(model.graph, subgraphs)
         data = model.SerializeToString()
     inferred = _onnx_inference.infer_shapes(data, False, False, data_prop)
     out = onnx.ModelProto()
@@ -174,7 +179,7 @@ def infer_model_types(proto: onnx.ModelProto, *, subgraphs: bool = True) -> dict
                         dim.ClearField("dim_value")
             output.type.tensor_type.ClearField("shape")
     try:
-        inferred, invented = _infer_shapes(proto)
+        inferred, invented = _infer_shapes(proto, subgraphs=subgraphs)
     except Exception:
         return {}
     types = _types_of(inferred.graph, declared, invented=invented, subgraphs=subgraphs)
@@ -191,7 +196,7 @@ def infer_model_types(proto: onnx.ModelProto, *, subgraphs: bool = True) -> dict
         pinned.update((name, types[name]) for name in changed)
         _declare(proto.graph, pinned)
         try:
-            inferred, invented = _infer_shapes(proto)
+            inferred, invented = _infer_shapes(proto, subgraphs=subgraphs)
         except Exception:
             return types
         types = _types_of(inferred.graph, declared, invented=invented, subgraphs=subgraphs)
@@ -223,7 +228,7 @@ def _propagated_as_ort(
         masked.CopyFrom(proto)
         _mask_value_propagation(masked.graph, types, kept)
         try:
-            propagated, invented = _infer_shapes(masked, data_prop=True)
+            propagated, invented = _infer_shapes(masked, data_prop=True, subgraphs=subgraphs)
         except Exception:
             break
         types = dict(base)
@@ -694,7 +699,7 @@ def infer_types(graph: Graph) -> None:
         model.functions.extend(local_functions(graph).values())  # calls of them are typed through their bodies
         model.graph.CopyFrom(_resolve_graph(graph))
         try:
-            inferred, invented = _infer_shapes(model)
+            inferred, invented = _infer_shapes(model, subgraphs=next(graph.subgraphs(), None) is not None)
         except Exception:  # onnx gave up on the whole model: keep what the schemas can tell
             inferred, invented = model, True
         if invented:  # a dim ORT cannot infer stays unnamed
@@ -884,7 +889,7 @@ def infer_with_data(root: Graph) -> onnx.GraphProto:
     given = onnx.ModelProto()
     given.CopyFrom(model)
     try:
-        inferred, invented = _infer_shapes(given)
+        inferred, invented = _infer_shapes(given, subgraphs=next(root.subgraphs(), None) is not None)
     except Exception:  # onnx gave up: keep the declared types
         return model.graph
     # the dim names the model declares (an unk__<n> of its value_info included) are the NodeArgs' dim_params in ORT;
