@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import collections
 import enum
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, overload
 
@@ -48,7 +48,7 @@ from onnx import numpy_helper
 from qdqopt.errors import ModelError
 from qdqopt.events import Kind, emit, remove_initializer_text, remove_nodearg_text
 from qdqopt.graph import inference
-from qdqopt.graph.order import ort_topological_order
+from qdqopt.graph.order import ort_order_of_adjacency
 from qdqopt.graph.schema import OpSchema, lookup, node_schema, normalize_domain, type_string
 from qdqopt.graph.stdhash import StdUnorderedMap
 
@@ -351,6 +351,9 @@ class Graph:
         self.parent_node = parent_node
         self._nx: nx.MultiDiGraph = nx.MultiDiGraph()
         self._order: list[int] | None = None  # topological order of the current structure (None: to compute)
+        self._position: dict[int, int] | None = None  # node index -> its place in _order (None: to compute)
+        # op type -> the indices of the live nodes of that op type (any domain)
+        self._by_op: dict[str, set[int]] = {}
         self._nodes: dict[int, Node] = {}
         self._next_index = 0
         self._producer: dict[str, tuple[int, int]] = {}
@@ -441,6 +444,8 @@ class Graph:
         new._schemas = dict(self._schemas)
         new._nx = self._nx.copy()
         new._order = None if self._order is None else list(self._order)
+        new._position = None
+        new._by_op = {k: set(v) for k, v in self._by_op.items()}
         new._producer = dict(self._producer)
         new._consumers = {k: set(v) for k, v in self._consumers.items()}
         new._consumed = {k: set(v) for k, v in self._consumed.items()}
@@ -519,14 +524,34 @@ class Graph:
 
     def topological_order(self) -> list[Node]:
         """Live nodes in ORT's topological order (a snapshot: later removals do not affect it)."""
-        if self._order is None:  # computed once per structure: every node or edge change resets it
-            pred, succ = self._nx._pred, self._nx._succ
-            self._order = ort_topological_order(
-                self._nodes,
-                lambda i: [src for src, keys in pred[i].items() for _ in keys],
-                lambda i: bool(succ[i]),
-            )
-        return [self._nodes[i] for i in self._order]
+        nodes = self._nodes
+        return [nodes[i] for i in self._current_order()]
+
+    def candidates_in_order(self, op_types: Collection[str]) -> list[Node]:
+        """The live nodes whose op type is one of ``op_types``, and those with subgraphs, in ORT's topological order
+        (a snapshot, as :meth:`topological_order`): what a pass that looks only at these op types visits (the op
+        type to nodes index spares it the others)."""
+        order = self._current_order()
+        wanted = set(self._sub_nodes)
+        for op_type in op_types:
+            found = self._by_op.get(op_type)
+            if found:
+                wanted |= found
+        nodes = self._nodes
+        if 8 * len(wanted) > len(order):  # many: a pass over the order costs less than sorting them
+            return [nodes[i] for i in order if i in wanted]
+        position = self._position
+        assert position is not None
+        return [nodes[i] for i in sorted(wanted, key=position.__getitem__)]
+
+    def _current_order(self) -> list[int]:
+        order = self._order
+        if order is None:  # computed once per structure: every node or edge change resets it
+            order = self._order = ort_order_of_adjacency(self._nodes, self._nx._pred, self._nx._succ)
+            self._position = None
+        if self._position is None:
+            self._position = {index: n for n, index in enumerate(order)}
+        return order
 
     def max_node_index(self) -> int:
         return self._next_index
@@ -577,6 +602,7 @@ class Graph:
         self._nx_add(node.index)
         self._live_names[name] += 1
         self._op_count[node.qualified_op] += 1
+        self._index_op(node)
         self._note("+", node)
         self._order = None
         node.since_version = self._since_version(node)
@@ -620,6 +646,7 @@ class Graph:
         self._nx_add(index)
         self._live_names[name] += 1
         self._op_count[node.qualified_op] += 1
+        self._index_op(node)
         node.since_version = self._since_version(node)
         known, producer = self._known_values, self._producer
         for slot, value in enumerate(outputs):
@@ -635,6 +662,13 @@ class Graph:
         """Wire every node's input edges (after :meth:`load_node` of every node)."""
         for node in self._nodes.values():
             self._rewire_inputs(node)
+
+    def _index_op(self, node: Node) -> None:
+        found = self._by_op.get(node.op_type)
+        if found is None:
+            self._by_op[node.op_type] = {node.index}
+        else:
+            found.add(node.index)
 
     def _nx_add(self, index: int) -> None:
         # networkx's MultiDiGraph.add_node, its adjacency reached directly (as _rewire_inputs does for edges)
@@ -672,6 +706,10 @@ class Graph:
         self._op_count[node.qualified_op] -= 1
         if not self._op_count[node.qualified_op]:
             del self._op_count[node.qualified_op]
+        same_op = self._by_op[node.op_type]
+        same_op.discard(index)
+        if not same_op:
+            del self._by_op[node.op_type]
         self._note("-", node)
         self.modified = True
 
@@ -1701,6 +1739,8 @@ _CLONED_FIELDS = {
     "parent_node",
     "_nx",
     "_order",
+    "_position",
+    "_by_op",
     "_nodes",
     "_next_index",
     "_producer",

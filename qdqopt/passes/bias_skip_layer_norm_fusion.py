@@ -84,7 +84,9 @@ class BiasSkipLayerNormFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", "ACLExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
+        return self.visit_in_order(
+            graph, ctx, graph_level, lambda node: self._fuse(graph, node), ops=("SkipLayerNormalization",)
+        )
 
     def _accept(self, graph: Graph, sln: Node, add: Node, matmul_slot: int) -> bool:
         if add.ep != sln.ep or graph.output_edge_count(add) != 1 or node_produces_graph_output(graph, add):

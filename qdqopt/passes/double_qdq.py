@@ -117,7 +117,7 @@ class DoubleQDQPairsRemover(GraphTransformer):
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         modified = False
-        for node in graph.topological_order():
+        for node in graph.candidates_in_order(("QuantizeLinear",)):  # _try_reduce starts from a Q
             if graph.node(node.index) is not None and _try_reduce(graph, node):
                 modified = True
         return modified

@@ -105,4 +105,4 @@ class QDQFinalCleanupTransformer(GraphTransformer):
                 changed = True
             return changed
 
-        return self.visit_in_order(graph, ctx, graph_level, visit)
+        return self.visit_in_order(graph, ctx, graph_level, visit, ops=("DequantizeLinear", "QuantizeLinear"))

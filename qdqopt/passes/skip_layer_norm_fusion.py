@@ -123,7 +123,9 @@ class SkipLayerNormFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", "ACLExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
+        return self.visit_in_order(
+            graph, ctx, graph_level, lambda node: self._fuse(graph, node), ops=("LayerNormalization",)
+        )
 
     def _match(self, graph: Graph, ln: Node) -> tuple[int, Node, Node | None] | None:
         for fmt, path in enumerate(FORMATS, start=1):
