@@ -145,7 +145,7 @@ def _shape_incomplete(found: onnx.TypeProto) -> bool:
         return False
     if not found.tensor_type.HasField("shape"):
         return True
-    return any(not d.HasField("dim_value") and not d.dim_param for d in found.tensor_type.shape.dim)
+    return any(not d.HasField("dim_value") and not d.dim_param for d in found.tensor_type.shape.dim[:])
 
 
 def _shape_dims(shape: onnx.TensorShapeProto, as_written: bool) -> ShapeDims:
@@ -640,8 +640,9 @@ class Graph:
         order); the graph is not marked modified."""
         index = self._next_index
         self._next_index += 1
-        node = Node(index, name, op_type, domain, inputs, outputs, attributes, doc_string, original=original)
-        node.attr_map = attr_map
+        node = Node(
+            index, name, op_type, domain, inputs, outputs, attributes, doc_string, original=original, attr_map=attr_map
+        )
         self._nodes[index] = node
         self._nx_add(index)
         self._live_names[name] += 1
@@ -659,9 +660,32 @@ class Graph:
         return node
 
     def finish_load(self) -> None:
-        """Wire every node's input edges (after :meth:`load_node` of every node)."""
-        for node in self._nodes.values():
-            self._rewire_inputs(node)
+        """Wire every node's input edges (after :meth:`load_node` of every node): :meth:`_rewire_inputs` of each,
+        on a graph without edges yet but those of nodes with subgraphs."""
+        self._order = None
+        succ, pred = self._nx._succ, self._nx._pred
+        consumers, producer, consumed = self._consumers, self._producer, self._consumed
+        for index, node in self._nodes.items():
+            if node.implicit_inputs or pred[index]:  # wired already (a node with subgraphs): as any rewiring
+                self._rewire_inputs(node)
+                continue
+            consumed[index] = {v for v in node.inputs if v}
+            preds = pred[index]
+            for slot, value in enumerate(node.inputs):
+                if not value:
+                    continue
+                readers = consumers.get(value)
+                if readers is None:
+                    consumers[value] = {index}
+                else:
+                    readers.add(index)
+                found = producer.get(value)
+                if found is not None:
+                    src = found[0]
+                    keys = succ[src].get(index)
+                    if keys is None:
+                        keys = succ[src][index] = preds[src] = {}
+                    keys[(found[1], slot)] = {"value": value}
 
     def _index_op(self, node: Node) -> None:
         found = self._by_op.get(node.op_type)
@@ -1200,7 +1224,7 @@ class Graph:
         root = inference.root_of(self)
         if known is not None and value in known:
             found = known[value]
-            if not (_shape_incomplete(found) and root._data_stale_at_pass_start()):
+            if not (root._data_stale_at_pass_start() and _shape_incomplete(found)):
                 return found
         elif known is not None and root._data_typed_at == root._structure_stamp():
             return None
@@ -1397,7 +1421,7 @@ class Graph:
         for node in self._nodes.values():
             schema = self.schema(node)
             if schema is not None:
-                for attr_name, default in schema.defaults():
+                for attr_name, default in schema.default_list:
                     if attr_name not in node.attributes:
                         node.attributes[attr_name] = default
                         node.attr_map.insert(attr_name)
@@ -1690,10 +1714,36 @@ class Graph:
                 keys[(found[1], slot)] = {"value": value}
 
     def _connect_consumers_of(self, value: str) -> None:
-        for index in list(self._consumers.get(value, ())):
-            consumer = self._nodes.get(index)
-            if consumer is not None:
-                self._rewire_inputs(consumer)
+        """The edges carrying ``value`` made again (its producer changed): the readers' edges for other values stay
+        as they are (what :meth:`_rewire_inputs` of each reader would give, without redoing those)."""
+        readers = self._consumers.get(value)
+        if not readers:
+            return
+        self._order = None
+        succ, pred = self._nx._succ, self._nx._pred
+        found = self._producer.get(value)
+        nodes = self._nodes
+        for index in list(readers):
+            consumer = nodes.get(index)
+            if consumer is None:
+                continue
+            preds = pred[index]
+            for src in [s for s, keys in preds.items() if any(d["value"] == value for d in keys.values())]:
+                keys = preds[src]
+                for key in [k for k, d in keys.items() if d["value"] == value]:
+                    del keys[key]
+                if not keys:  # the key dict is shared by succ[src][index] and pred[index][src]
+                    del preds[src], succ[src][index]
+            if found is None:
+                continue
+            src, src_slot = found
+            all_inputs = consumer.inputs + consumer.implicit_inputs if consumer.implicit_inputs else consumer.inputs
+            for slot, read in enumerate(all_inputs):
+                if read == value:
+                    keys = succ[src].get(index)
+                    if keys is None:
+                        keys = succ[src][index] = preds[src] = {}
+                    keys[(src_slot, slot)] = {"value": value}
 
     def _disconnect_consumers_of(self, value: str) -> None:
         self._connect_consumers_of(value)

@@ -139,9 +139,9 @@ def _check_external_locations(
 ) -> None:
     for tensor in graph.initializer if initializers is None else initializers:
         _check_external_location(tensor, base, path)
-    for node in graph.node:
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+    for node in graph.node[:]:
+        for attr in node.attribute[:]:
+            for sub in ([attr.g] if attr.HasField("g") else []) + attr.graphs[:]:
                 _check_external_locations(sub, base, path)
 
 
@@ -535,23 +535,35 @@ def _read_exactly(handle: BinaryIO, count: int) -> bytes:
     return data
 
 
+#: (attribute count, names in proto order) -> the node attribute map ORT makes of them
+_ATTRIBUTE_MAPS: dict[tuple[object, ...], StdUnorderedMap] = {}
+
+
 def _add_proto_node(
     graph: Graph, proto: onnx.NodeProto, domain: str, *, original: onnx.NodeProto | None = None, loading: bool = False
 ) -> Node:
     """Add the node ``proto`` describes (its attribute protos shared: they are never edited in place), under
     ``domain``; its subgraphs are the caller's. ``loading``: the graph is being built (:meth:`Graph.load_node`,
     ``original`` is ``proto``)."""
-    attrs = {a.name: a for a in proto.attribute[:]}
-    # ORT fills a reserved map in proto order, then copies it into the node (same iteration order).
-    attr_map = StdUnorderedMap(memo=True)
-    attr_map.reserve(len(proto.attribute))
-    attr_map.update(attrs)
+    attributes = proto.attribute[:]
+    attrs = {a.name: a for a in attributes}
+    # ORT fills a reserved map in proto order, then copies it into the node (same iteration order): one map per
+    # list of names, copied (a copy of a small map is free)
+    key = (len(attributes), *attrs)
+    template = _ATTRIBUTE_MAPS.get(key)
+    if template is None:
+        template = StdUnorderedMap(memo=True)
+        template.reserve(len(attributes))
+        template.update(attrs)
+        if len(_ATTRIBUTE_MAPS) < 4096:
+            _ATTRIBUTE_MAPS[key] = template
+    attr_map = template.copy()
     if loading:
         return graph.load_node(
             proto.name,
             proto.op_type,
-            list(proto.input),
-            list(proto.output),
+            proto.input[:],
+            proto.output[:],
             domain,
             attrs,
             proto.doc_string,

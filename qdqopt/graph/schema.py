@@ -67,7 +67,12 @@ class OpSchema:
 
     def defaults(self) -> list[tuple[str, onnx.AttributeProto]]:
         """Attributes that have a default value, in the order ORT's Resolve adds them (its schema map's order)."""
-        return [(name, proto) for name, proto in self.attribute_defaults if proto is not None]
+        return list(self.default_list)
+
+    @functools.cached_property
+    def default_list(self) -> tuple[tuple[str, onnx.AttributeProto], ...]:
+        """:meth:`defaults`, made once (never edit the protos)."""
+        return tuple((name, proto) for name, proto in self.attribute_defaults if proto is not None)
 
 
 def _parse_default(raw: bytes) -> onnx.AttributeProto | None:

@@ -512,8 +512,26 @@ class StdUnorderedMap:
 
     def update(self, keys: Iterable[str]) -> None:
         """``operator[]`` for each key in turn."""
+        if self._state is not None:
+            for key in keys:
+                self.insert(key)
+            return
+        # a linked table: insert_hashed's steps inlined (a NodeArg map takes thousands of names at once)
+        index, policy, hashes = self._index, self._policy, _STR_HASHES
         for key in keys:
-            self.insert(key)
+            if key in index:
+                continue
+            code = hashes.get(key)
+            if code is None:
+                code = std_hash_string(key)
+            node = _Node(key, code)
+            if len(index) + 1 > policy.next_resize:
+                do_rehash, count = policy.need_rehash(self._bucket_count, len(index), 1)
+                if do_rehash:
+                    self._rehash_unique(count)
+            self._insert_bucket_begin(code % self._bucket_count, node)
+            index[key] = node
+        self._keys = None
 
     def erase(self, key: str) -> bool:
         """``erase(key)``; returns whether the key was present."""
