@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import collections
 import enum
-from collections.abc import Collection, Iterator, Sequence
+import operator
+import types
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, overload
+from typing import Any, NamedTuple, overload
 
 import networkx as nx
 import numpy as np
@@ -430,7 +432,7 @@ class Graph:
         self._pass_began_at: tuple[int, ...] | None = None
         self._node_types: dict[tuple[str, int], onnx.TypeProto | None] = {}
         # node index -> what node_proto made of the node, with the node's fields it was made from
-        self._node_protos: dict[int, tuple[tuple[object, ...], tuple[onnx.AttributeProto, ...], onnx.NodeProto]] = {}
+        self._node_protos: dict[int, tuple[Any, ...]] = {}
 
     def clone(self, parent: Graph | None = None, parent_node: Node | None = None) -> Graph:
         """An independent copy (nodes, edges, values, initializers, names, counters, the types inferred so far;
@@ -510,6 +512,11 @@ class Graph:
     def node(self, index: int) -> Node | None:
         """The live node with that index, or None if it was removed."""
         return self._nodes.get(index)
+
+    def live(self) -> Mapping[int, Node]:
+        """The live nodes by index, as a read-only view kept current (``index in graph.live()`` asks what
+        :meth:`node` asks, without a call: a visit loop asks it of every node)."""
+        return types.MappingProxyType(self._nodes)
 
     def nodes(self) -> list[Node]:
         """Live nodes in index order (the dict's insertion order: indices only grow and are never reused)."""
@@ -827,12 +834,22 @@ class Graph:
         copies it)."""
         assert not node.subgraphs, "node_proto: a node with subgraphs is written with its subgraphs"
         attributes = node.attributes
-        order = tuple(name for name in node.attr_map if name in attributes)
-        fields = (node.name, node.op_type, node.domain, node.doc_string, tuple(node.inputs), tuple(node.outputs), order)
-        protos = tuple(attributes[name] for name in order)  # the protos themselves: never edited in place
+        head = (node.name, node.op_type, node.domain, node.doc_string)
+        names, protos = tuple(attributes), tuple(attributes.values())  # the protos themselves: never edited in place
+        order_state = node.attr_map.snapshot()  # the map's key order, when the map is a shared snapshot
         cached = self._node_protos.get(node.index)
-        if cached is not None and cached[0] == fields and all(a is b for a, b in zip(cached[1], protos, strict=True)):
-            return cached[2]
+        if (
+            cached is not None
+            and cached[0] == head
+            and cached[1] == node.inputs
+            and cached[2] == node.outputs
+            and cached[3] == names
+            and all(map(operator.is_, cached[4], protos))
+            and order_state is not None
+            and cached[5] is order_state
+        ):
+            found: onnx.NodeProto = cached[6]
+            return found
         proto = onnx.NodeProto()
         proto.name = node.name
         proto.op_type = node.op_type
@@ -840,10 +857,10 @@ class Graph:
             proto.domain = node.domain
         if node.doc_string:
             proto.doc_string = node.doc_string
-        proto.attribute.extend(protos)
+        proto.attribute.extend(attributes[name] for name in node.attr_map if name in attributes)
         proto.input.extend(node.inputs)
         proto.output.extend(node.outputs)
-        self._node_protos[node.index] = (fields, protos, proto)
+        self._node_protos[node.index] = (head, list(node.inputs), list(node.outputs), names, protos, order_state, proto)
         return proto
 
     def take_changes(self) -> Changes:
@@ -908,7 +925,7 @@ class Graph:
         """Output edges in ORT's ``EdgeEndCompare`` order: consumer index, then source slot, then input slot."""
         src = node.index
         edges = [
-            Edge(dst, key[0], key[1], src, data["value"])
+            _new_edge(Edge, (dst, key[0], key[1], src, data["value"]))
             for dst, keys in self._nx._succ[src].items()
             for key, data in keys.items()
         ]
@@ -919,7 +936,7 @@ class Graph:
     def input_edges(self, node: Node) -> list[Edge]:
         dst = node.index
         edges = [
-            Edge(dst, key[0], key[1], src, data["value"])
+            _new_edge(Edge, (dst, key[0], key[1], src, data["value"]))
             for src, keys in self._nx._pred[dst].items()
             for key, data in keys.items()
         ]
@@ -1250,11 +1267,15 @@ class Graph:
                 # for want of information: a DQ duplicated from a Loop's output, whose declared dims ONNX cannot
                 # infer, feeds values that keep theirs; knownx/fz_loop_output_nhwc)
                 types[vi.name] = inference.fill_unknown(vi.type, previous) if previous is not None else vi.type
+        if not self._sub_nodes:
+            return
         order = self.topological_order()
         if len(order) != len(inferred.node):
             return
-        for node, proto in zip(order, inferred.node, strict=True):
-            for attr in proto.attribute:
+        for position, node in enumerate(order):
+            if not node.subgraphs:
+                continue
+            for attr in inferred.node[position].attribute[:]:
                 sub = node.subgraphs.get(attr.name)
                 if sub is not None and attr.HasField("g"):
                     sub._keep_data_types(attr.g)
@@ -1750,6 +1771,8 @@ class Graph:
 
 
 _NO_SCHEMA = object()
+#: ``Edge(*fields)`` without the named tuple's Python-level ``__new__``
+_new_edge = tuple.__new__
 
 
 def _input_edge_key(edge: Edge) -> tuple[int, int, int]:

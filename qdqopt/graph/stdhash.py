@@ -424,6 +424,11 @@ class StdUnorderedMap:
         self._state = found
 
     # -- observers ---------------------------------------------------------
+    def snapshot(self) -> object | None:
+        """For a map in memo mode, its current snapshot (immutable: another map, or this one later, holding the
+        very same object iterates the same keys in the same order); None for a linked table."""
+        return self._state
+
     def __len__(self) -> int:
         if self._state is not None:
             return len(self._state.keys)

@@ -102,10 +102,10 @@ class GraphTransformer(ABC):
         subgraphs, whose subgraphs are processed whatever their op type).
         """
         modified = False
-        live = graph.node
+        live = graph.live()
         order = graph.topological_order() if ops is None else graph.candidates_in_order(ops)
         for node in order:
-            if live(node.index) is None:
+            if node.index not in live:
                 continue
             if node.subgraphs and self.recurse(node, ctx, graph_level):
                 modified = True
@@ -203,8 +203,9 @@ class RuleBasedTransformer(GraphTransformer):
         modified = False
         ops = self.rule_ops()  # a node no rule targets is only recursed into
         order = graph.topological_order() if ops is None else graph.candidates_in_order(ops)
+        live = graph.live()
         for node in order:
-            if graph.node(node.index) is None:
+            if node.index not in live:
                 continue
             removed = False
             if self.node_is_compatible(node):
@@ -217,11 +218,6 @@ class RuleBasedTransformer(GraphTransformer):
                     if effect is RuleEffect.REMOVED_CURRENT_NODE:
                         removed = True
                         break
-            if (
-                not removed
-                and node.subgraphs
-                and graph.node(node.index) is not None
-                and self.recurse(node, ctx, graph_level)
-            ):
+            if not removed and node.subgraphs and node.index in live and self.recurse(node, ctx, graph_level):
                 modified = True
         return modified

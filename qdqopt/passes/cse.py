@@ -30,14 +30,14 @@ Rules (``common_subexpression_elimination.cc``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import onnx
 
 from qdqopt.graph import Graph, Node
 from qdqopt.graph.core import tensor_array
-from qdqopt.graph.schema import normalize_domain
+from qdqopt.graph.schema import input_arg_counts, node_schema, normalize_domain
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.constant_folding import is_deterministic
 from qdqopt.passes.graph_utils import check_output_edges
@@ -47,8 +47,7 @@ __all__ = ["CommonSubexpressionElimination"]
 _MISSING = ""  # all missing values (inputs or outputs) share ORT's one empty-named NodeArg
 
 
-@dataclass(frozen=True)
-class _Representative:
+class _Representative(NamedTuple):
     value: str
     node_index: int
     output_index: int
@@ -152,10 +151,6 @@ def _group_inputs(graph: Graph, node: Node, inputs: list[int], class_ids: dict[o
 
 
 def _input_arg_counts(node: Node) -> list[int]:
-    try:
-        from qdqopt.kernels import input_arg_counts, node_schema
-    except ImportError:  # pragma: no cover - the kernel tables ship with the package
-        return [1] * len(node.inputs)
     schema = node_schema(node)
     if schema is None:
         return [1] * len(node.inputs)
