@@ -356,6 +356,8 @@ class Graph:
         self._position: dict[int, int] | None = None  # node index -> its place in _order (None: to compute)
         # op type -> the indices of the live nodes of that op type (any domain)
         self._by_op: dict[str, set[int]] = {}
+        # the nodes that may miss a schema-default attribute (added, or lost one, since fill_default_attributes)
+        self._unfilled: set[int] = set()
         self._nodes: dict[int, Node] = {}
         self._next_index = 0
         self._producer: dict[str, tuple[int, int]] = {}
@@ -448,6 +450,7 @@ class Graph:
         new._order = None if self._order is None else list(self._order)
         new._position = None
         new._by_op = {k: set(v) for k, v in self._by_op.items()}
+        new._unfilled = set(self._unfilled)
         new._producer = dict(self._producer)
         new._consumers = {k: set(v) for k, v in self._consumers.items()}
         new._consumed = {k: set(v) for k, v in self._consumed.items()}
@@ -610,6 +613,7 @@ class Graph:
         self._live_names[name] += 1
         self._op_count[node.qualified_op] += 1
         self._index_op(node)
+        self._unfilled.add(node.index)
         self._note("+", node)
         self._order = None
         node.since_version = self._since_version(node)
@@ -655,6 +659,7 @@ class Graph:
         self._live_names[name] += 1
         self._op_count[node.qualified_op] += 1
         self._index_op(node)
+        self._unfilled.add(index)
         node.since_version = self._since_version(node)
         known, producer = self._known_values, self._producer
         for slot, value in enumerate(outputs):
@@ -756,6 +761,7 @@ class Graph:
         self._before_edit()
         if node.attributes.pop(name, None) is not None:
             node.attr_map.erase(name)
+            self._unfilled.add(node.index)
             self.modified = True
 
     def set_input(self, node: Node, slot: int, value: str) -> None:
@@ -1438,16 +1444,24 @@ class Graph:
         return found  # type: ignore[return-value]
 
     def fill_default_attributes(self) -> None:
-        """Add every schema-default attribute missing on a node (part of ``Resolve``; recursive)."""
-        for node in self._nodes.values():
+        """Add every schema-default attribute missing on a node (part of ``Resolve``; recursive).
+
+        Only the nodes that can miss one are looked at: those added, or that lost an attribute, since the last fill
+        (the others have all theirs already)."""
+        nodes = self._nodes
+        for index in sorted(self._unfilled):
+            node = nodes.get(index)
+            if node is None:
+                continue
             schema = self.schema(node)
             if schema is not None:
                 for attr_name, default in schema.default_list:
                     if attr_name not in node.attributes:
                         node.attributes[attr_name] = default
                         node.attr_map.insert(attr_name)
-            for sub in node.subgraphs.values():
-                sub.fill_default_attributes()
+        self._unfilled.clear()
+        for _, _, sub in self.subgraphs():
+            sub.fill_default_attributes()
 
     def record_subgraph_reads(self) -> None:
         """Resolve adds to ``value_info_`` every node output that a subgraph reads; entries are never dropped."""
@@ -1460,11 +1474,11 @@ class Graph:
 
         In ``name_to_initial_tensor_`` iteration order, which is the order ORT removes them in.
         """
-        used: set[str] = {o.name for o in self.outputs} | {i.name for i in self.inputs}
-        for node in self._nodes.values():
-            used.update(node.inputs)
-            used.update(node.implicit_inputs)
-        return [name for name in self._init_map if name not in used]
+        consumers, outputs, inputs = self._consumers, self.output_index(), self.input_index()
+        # (the readers of a value, explicit and implicit, are kept as edges are made)
+        return [
+            name for name in self._init_map if not consumers.get(name) and name not in outputs and name not in inputs
+        ]
 
     def mark_untyped(self, name: str) -> None:
         """The value's NodeArg has no type (a pass created it with none, as the transpose optimizer's API does, and
@@ -1475,6 +1489,8 @@ class Graph:
     def unused_untyped_values(self) -> set[str]:
         """Untyped NodeArgs nothing uses (no node input, output or subgraph read, no graph input or output): what
         Resolve removes after the unused initializers."""
+        if not self._untyped_values:
+            return set()
         used = {v for n in self._nodes.values() for v in (*n.inputs, *n.implicit_inputs, *n.outputs)}
         used |= {o.name for o in self.outputs} | {i.name for i in self.inputs}
         return {name for name in self._untyped_values if name not in used}
@@ -1499,7 +1515,7 @@ class Graph:
             self.remove_initializer(name)
         unused = self.unused_untyped_values()
         self._untyped_values.clear()
-        for name in [name for name in self._arg_map if name in unused]:  # in node_args_ iteration order
+        for name in [name for name in self._arg_map if name in unused] if unused else ():  # node_args_ order
             emit(Kind.REMOVE_NODEARG, remove_nodearg_text(name), (name,))
             self._arg_map.erase(name)
         for name in unused:
@@ -1567,8 +1583,10 @@ class Graph:
         """The part of Resolve's type inference that passes can break: a QuantizeLinear whose ``output_dtype``
         disagrees with its zero point's type (a zero point rewritten to another type, the attribute left as it
         was) fails ONNX's inference, and ORT's session with it."""
-        for node in self._nodes.values():
-            if node.op_type != "QuantizeLinear" or normalize_domain(node.domain) != "" or len(node.inputs) < 3:
+        nodes = self._nodes
+        for index in sorted(self._by_op.get("QuantizeLinear", ())):  # (index order, as the node dict's)
+            node = nodes[index]
+            if normalize_domain(node.domain) != "" or len(node.inputs) < 3:
                 continue
             attr = node.attributes.get("output_dtype")
             zp = node.inputs[2]
@@ -1814,6 +1832,7 @@ _CLONED_FIELDS = {
     "_order",
     "_position",
     "_by_op",
+    "_unfilled",
     "_nodes",
     "_next_index",
     "_producer",
