@@ -1120,6 +1120,9 @@ class Graph:
         if view is View.FILLED:
             filled = self._filled_shape(value)
             return None if filled is None else [*filled]
+        owner = self.initializer_owner(value) if value else None
+        if owner is not None and _declared_input_type(owner, value) is None:  # type_proto's first case, made short
+            return [int(d) for d in owner._inits[value].dims]
         found = self.type_proto(value)
         if found is None or found.WhichOneof("value") != "tensor_type" or not found.tensor_type.HasField("shape"):
             return None
@@ -1133,6 +1136,9 @@ class Graph:
             return self._data_elem_type(value)
         if view is View.FILLED:
             raise ValueError("View.FILLED answers shapes only")
+        owner = self.initializer_owner(value) if value else None
+        if owner is not None and _declared_input_type(owner, value) is None:  # type_proto's first case, made short
+            return int(owner._inits[value].data_type) or None
         found = self.type_proto(value)
         if found is None or found.WhichOneof("value") != "tensor_type" or not found.tensor_type.elem_type:
             return None

@@ -30,9 +30,9 @@ Rules (``common_subexpression_elimination.cc``):
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
-import numpy as np
 import onnx
 
 from qdqopt.graph import Graph, Node
@@ -172,9 +172,9 @@ def _attribute_value(attr: onnx.AttributeProto) -> object:
     if kind == A.STRING:
         return ("s", bytes(attr.s))
     if kind == A.FLOATS:
-        return ("fs", tuple(_float_key(f) for f in attr.floats))
+        return ("fs", tuple(_float_key(f) for f in attr.floats[:]))
     if kind == A.INTS:
-        return ("is", tuple(int(i) for i in attr.ints))
+        return ("is", tuple(attr.ints[:]))
     if kind == A.STRINGS:
         return ("ss", tuple(bytes(s) for s in attr.strings))
     if kind == A.TENSOR:
@@ -192,7 +192,7 @@ def _attribute_value(attr: onnx.AttributeProto) -> object:
 
 def _float_key(value: float) -> object:
     """Floats compare with ``==``: NaN equals nothing, +0 equals -0."""
-    if np.isnan(value):
+    if math.isnan(value):  # (not np.isnan: a numpy call per float)
         return _Never()
     return value + 0.0
 

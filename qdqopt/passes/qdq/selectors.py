@@ -575,9 +575,9 @@ def _conv_bias_reason(graph: Graph, dqs: list[Node]) -> str | None:
         return "bias scale check: scale lengths differ"
     if not (np.isfinite(xs).all() and np.isfinite(ws).all() and np.isfinite(bs).all()):
         return "bias scale check: non-finite scale"
-    n = max(wn, bn)
-    wv = np.broadcast_to(ws.reshape(-1), (n,)) if wn == 1 else ws.reshape(-1)
-    bv = np.broadcast_to(bs.reshape(-1), (n,)) if bn == 1 else bs.reshape(-1)
+    # (wn,) and (bn,) broadcast to (max(wn, bn),): one of them is 1 or they are equal
+    wv = ws.reshape(-1)
+    bv = bs.reshape(-1)
     xw = np.float32(xs.reshape(-1)[0]) * wv.astype(np.float32)
     if (np.abs(bv - xw) > np.float32(1e-6) + np.float32(1e-2) * np.abs(xw)).any():
         return "bias scale is not x_scale * w_scale"
