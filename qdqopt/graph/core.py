@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import functools
 import operator
 import types
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -1607,10 +1608,11 @@ class Graph:
                     f"{names(attr.i)} does not match y_zero_point type {names(tensor.data_type)}."
                 )
         self._check_qlinear_input_types()
-        for node in self._nodes.values():
+        for index in sorted(self._by_op.get("QLinearAveragePool", ())):
             # QLinearAveragePool's schema inference wants rank-0 quantization parameters; the QDQ fusion makes one
             # from a unit whose DQ/Q parameters have shape [1] or are per axis (ORT 1.32 then fails the session)
-            if node.op_type != "QLinearAveragePool" or normalize_domain(node.domain) != "com.microsoft":
+            node = nodes[index]
+            if normalize_domain(node.domain) != "com.microsoft":
                 continue
             for name in node.inputs[1:5]:
                 owner = self.initializer_owner(name) if name else None
@@ -1645,19 +1647,27 @@ class Graph:
             found = self.value_type(name)
             return int(found.tensor_type.elem_type) if found is not None and found.HasField("tensor_type") else 0
 
-        def text(elem: int) -> str:
-            return str(type_string(onnx.helper.make_tensor_type_proto(elem, None)))
-
-        for node in self._nodes.values():
+        text = _tensor_type_text
+        # the nodes to check, in index order (the node map's), found through the op type index
+        ops = [op for op in self._by_op if op.startswith("QLinear") or op in ("QuantizeLinear", "DequantizeLinear")]
+        candidates = sorted(index for op in ops for index in self._by_op[op])
+        # per schema: its type constraints as a map, and its output zero point's formal (None: it has none)
+        by_schema: dict[int, tuple[dict[str, frozenset[str]], int | None]] = {}
+        nodes = self._nodes
+        for index in candidates:
+            node = nodes[index]
             qlinear = node.op_type.startswith("QLinear") and normalize_domain(node.domain) == "com.microsoft"
             if not qlinear and node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
                 continue
             schema = node_schema(node)
             if schema is None or not schema.inputs:
                 continue
-            allowed = dict(schema.type_constraints)
-            zps = [k for k, f in enumerate(schema.inputs) if f.name.lower() in _OUTPUT_ZERO_POINTS]
-            out_zp = zps[-1] if zps and qlinear else None  # QLinearWhere's z_zero_point is its output's
+            facts = by_schema.get(id(schema))
+            if facts is None:
+                zps = [k for k, f in enumerate(schema.inputs) if f.name.lower() in _OUTPUT_ZERO_POINTS]
+                facts = by_schema[id(schema)] = (dict(schema.type_constraints), zps[-1] if zps else None)
+            allowed = facts[0]
+            out_zp = facts[1] if qlinear else None  # QLinearWhere's z_zero_point is its output's
             bound: dict[str, int] = {}
             for slot, name in enumerate(node.inputs):
                 formal = schema.inputs[min(slot, len(schema.inputs) - 1)]
@@ -1797,6 +1807,12 @@ class Graph:
 _NO_SCHEMA = object()
 #: ``Edge(*fields)`` without the named tuple's Python-level ``__new__``
 _new_edge = tuple.__new__
+
+
+@functools.cache
+def _tensor_type_text(elem: int) -> str:
+    """ORT's type string of a tensor of element type ``elem`` (``tensor(float)``), as Resolve's errors print it."""
+    return str(type_string(onnx.helper.make_tensor_type_proto(elem, None)))
 
 
 def _input_edge_key(edge: Edge) -> tuple[int, int, int]:
