@@ -885,11 +885,12 @@ def infer_with_data(root: Graph) -> onnx.GraphProto:
     for domain, version in sorted(root.opsets.items()):
         model.opset_import.append(onnx.helper.make_opsetid(domain, version))
     model.graph.CopyFrom(_data_graph(root))
-    declared = _all_dim_params(model.graph)
+    subgraphs = next(root.subgraphs(), None) is not None
+    declared = _all_dim_params(model.graph, subgraphs)
     given = onnx.ModelProto()
     given.CopyFrom(model)
     try:
-        inferred, invented = _infer_shapes(given, subgraphs=next(root.subgraphs(), None) is not None)
+        inferred, invented = _infer_shapes(given, subgraphs=subgraphs)
     except Exception:  # onnx gave up: keep the declared types
         return model.graph
     # the dim names the model declares (an unk__<n> of its value_info included) are the NodeArgs' dim_params in ORT;
@@ -905,9 +906,12 @@ def infer_with_data(root: Graph) -> onnx.GraphProto:
     return inferred.graph
 
 
-def _all_dim_params(gp: onnx.GraphProto) -> set[str]:
-    """Every dim_param a graph and its subgraphs declare."""
+def _all_dim_params(gp: onnx.GraphProto, subgraphs: bool = True) -> set[str]:
+    """Every dim_param a graph and its subgraphs declare (``subgraphs``: False when no node has one: the nodes are
+    not looked at)."""
     names = _dim_params(gp)
+    if not subgraphs:
+        return names
     for node in gp.node[:]:
         for attr in node.attribute[:]:
             for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):

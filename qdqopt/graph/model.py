@@ -199,21 +199,31 @@ def _check_inputs_defined(
     node's output or, in a subgraph, a value of an enclosing graph; else the model is invalid. Checked before ONNX's
     shape inference sees the graph: some of its C++ inference functions (LabelEncoder's) read the missing input's
     type without checking it, and crash the process."""
+    nodes = gp.node[:]  # (a slice: iterating a upb container ends in an IndexError, which costs)
     known = set(outer)
     known.update(v.name for v in gp.input)
     known.update(t.name for t in (gp.initializer if initializers is None else initializers))
     known.update(s.values.name for s in gp.sparse_initializer)
-    known.update(o for n in gp.node for o in n.output if o)
-    for node in gp.node:
-        for name in node.input:
-            if name and name not in known:
-                raise ModelError(
-                    f"node {node.name!r} ({node.op_type}): input {name!r} is not a graph input, initializer, or "
-                    "output of a previous node (ORT: Invalid model)"
-                )
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                _check_inputs_defined(sub, frozenset(known))
+    reads: set[str] = set()
+    for node in nodes:
+        known.update(node.output)
+        reads.update(node.input)
+    reads.discard("")
+    # the usual case: every input defined, and only the subgraphs are left to look into; else the first undefined
+    # input, node by node, is the one reported
+    all_defined = reads <= known
+    for node in nodes:
+        if not all_defined:
+            for name in node.input:
+                if name and name not in known:
+                    raise ModelError(
+                        f"node {node.name!r} ({node.op_type}): input {name!r} is not a graph input, initializer, or "
+                        "output of a previous node (ORT: Invalid model)"
+                    )
+        for attr in node.attribute[:]:
+            if attr.HasField("g") or len(attr.graphs):
+                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    _check_inputs_defined(sub, frozenset(known))
 
 
 def _check_utf8(message: Message, where: str) -> None:
