@@ -953,11 +953,11 @@ class Graph:
 
     def output_edge_count(self, node: Node) -> int:
         """``Node::GetOutputEdgesCount``: ``len(output_edges(node))`` without making the edges."""
-        return sum(len(keys) for keys in self._nx._succ[node.index].values())
+        return sum(map(len, self._nx._succ[node.index].values()))
 
     def input_edge_count(self, node: Node) -> int:
         """``Node::GetInputEdgesCount`` (implicit-input edges included), without making the edges."""
-        return sum(len(keys) for keys in self._nx._pred[node.index].values())
+        return sum(map(len, self._nx._pred[node.index].values()))
 
     def input_nodes(self, node: Node) -> list[Node]:
         """Producers of the node's inputs, one per input edge, in ascending index order."""

@@ -184,7 +184,7 @@ def constant_initializer(graph: Graph, name: str) -> onnx.TensorProto | None:
 
 def _all_inputs_constant(graph: Graph, node: Node) -> bool:
     """``graph_utils::AllNodeInputsAreConstant``: no input edge, every present input a constant initializer."""
-    if graph.input_edges(node):
+    if graph.input_edge_count(node):
         return False
     return all(not name or constant_initializer(graph, name) is not None for name in node.inputs)
 

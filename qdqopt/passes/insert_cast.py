@@ -91,7 +91,7 @@ def _bind(graph: Graph, value: str, type_str: str, types: dict[str, str], fp16_s
 
 def _is_isolated_fp16_node_on_cpu(graph: Graph, node: Node) -> bool:
     """``IsIsolatedFp16NodeOnCpu``: a CPU fp16 node whose fp16 neighbours all need casts and that has an fp32 kernel."""
-    if not graph.input_edges(node) or node.subgraphs or _produces_graph_output(graph, node) or node.ep != CPU:
+    if not graph.input_edge_count(node) or node.subgraphs or _produces_graph_output(graph, node) or node.ep != CPU:
         return False
     schema = node_schema(node)
     if schema is None:
