@@ -264,6 +264,26 @@ def pushed_text(op: str, became: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ the log
+def _event(
+    kind: Kind,
+    text: str,
+    pass_name: str | None,
+    level: int | None,
+    step: int | None,
+    nodes: tuple[str, ...],
+    plugin: bool,
+    data: object,
+) -> Event:
+    """``Event(...)`` without the frozen dataclass's ``__init__``, which sets each field through
+    ``object.__setattr__`` (a run records hundreds of events): the fields go straight into the instance's dict, as
+    that ``__init__`` puts them."""
+    event = object.__new__(Event)
+    event.__dict__.update(
+        kind=kind, text=text, pass_name=pass_name, level=level, step=step, nodes=nodes, plugin=plugin, data=data
+    )
+    return event
+
+
 @dataclass
 class EventLog:
     """The events of one run, in order, with the scope new events are recorded in."""
@@ -277,7 +297,7 @@ class EventLog:
 
     def add(self, kind: Kind, text: str, nodes: Sequence[str] = (), data: object = None) -> Event:
         """Record an event in the current scope and return it."""
-        event = Event(kind, text, self.pass_name, self.level, self.step, tuple(nodes), self.plugin, data)
+        event = _event(kind, text, self.pass_name, self.level, self.step, tuple(nodes), self.plugin, data)
         self.events.append(event)
         return event
 
@@ -288,7 +308,7 @@ class EventLog:
         that follows it; qdqopt's passes resolve inside :meth:`~qdqopt.passes.GraphTransformer.apply`, so the
         manager puts the line back where ORT logs it.
         """
-        event = Event(kind, text, self.pass_name, self.level, self.step, tuple(nodes), self.plugin)
+        event = _event(kind, text, self.pass_name, self.level, self.step, tuple(nodes), self.plugin, None)
         at = len(self.events)
         while at > since and self.events[at - 1].kind in RESOLVE_KINDS:
             at -= 1

@@ -323,3 +323,25 @@ def test_knownx_concat_unify_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not knownx.differs("knownx/fz_concat_symbolic_batch", "basic")
     monkeypatch.setattr(inference, "_unify_concat_dims", lambda gp, types: set())
     assert knownx.differs("knownx/fz_concat_symbolic_batch", "basic")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_topological_order_read_from_the_adjacency_is_the_reference_order(seed: int) -> None:
+    """The graph core's order (:func:`ort_order_of_adjacency`: each source pushed once) is the reference algorithm's
+    (:func:`ort_topological_order`: one push per input edge), on random DAGs with repeated edges and dead ends."""
+    from qdqopt.graph.order import ort_order_of_adjacency, ort_topological_order
+
+    rng = random.Random(seed)
+    for _ in range(50):
+        count = rng.randrange(1, 40)
+        indices = sorted(rng.sample(range(3 * count), count))
+        pred: dict[int, dict[int, list[int]]] = {i: {} for i in indices}
+        succ: dict[int, dict[int, list[int]]] = {i: {} for i in indices}
+        for pos, dst in enumerate(indices):
+            for src in rng.sample(indices[:pos], min(pos, rng.randrange(0, 4))):
+                edges = [0] * rng.randrange(1, 3)  # one or two edges between the pair
+                pred[dst][src] = succ[src][dst] = edges
+        inputs = {i: sorted(s for s, keys in pred[i].items() for _ in keys) for i in indices}
+        outputs = {i: bool(succ[i]) for i in indices}
+        expected = ort_topological_order(indices, inputs.__getitem__, outputs.__getitem__)
+        assert ort_order_of_adjacency(indices, pred, succ) == expected

@@ -144,17 +144,19 @@ def _key(rng: random.Random) -> str:
     return "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 20)))
 
 
-def _script(rng: random.Random) -> tuple[list[str], list[str]]:
+def _script(rng: random.Random, memo: bool = False) -> tuple[list[str], list[str]]:
+    """A random script of map operations for the C++ driver, and what each ``P`` prints (``memo``: the maps in
+    memo mode, where a small map is a remembered snapshot)."""
     ops: list[str] = []
     expected: list[str] = []
-    table = StdUnorderedMap()
+    table = StdUnorderedMap(memo=memo)
     keys: list[str] = []
     for _ in range(rng.randint(1, 6)):
         choice = rng.random()
         if choice < 0.15:
             hint = rng.choice([0, 1, 2, 5, 13, 14, 30, 100])
             ops.append(f"N {hint}")
-            table = StdUnorderedMap(hint)
+            table = StdUnorderedMap(hint, memo=memo)
             keys = []
         elif choice < 0.3:
             n = rng.randrange(0, 80)
@@ -196,11 +198,12 @@ def cxx_driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return binary
 
 
+@pytest.mark.parametrize("memo", [False, True])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_container_matches_libstdcxx(seed: int, cxx_driver: Path) -> None:
+def test_container_matches_libstdcxx(seed: int, memo: bool, cxx_driver: Path) -> None:
     rng = random.Random(seed)
     for _ in range(60):
-        ops, expected = _script(rng)
+        ops, expected = _script(rng, memo)
         result = subprocess.run(
             [str(cxx_driver)],
             input="\n".join(ops) + "\n",
@@ -209,6 +212,37 @@ def test_container_matches_libstdcxx(seed: int, cxx_driver: Path) -> None:
             check=True,
         )
         assert result.stdout.splitlines() == expected, ops
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_memo_mode_iterates_as_the_linked_table(seed: int) -> None:
+    """A map in memo mode (snapshots shared and remembered per operation) and a plain one go through the same
+    scripts, twice (the second time every step is remembered), and iterate alike at every step."""
+    for _ in range(2):
+        plain_ops, plain = _script(random.Random(seed))
+        memo_ops, memo = _script(random.Random(seed), memo=True)
+        assert memo_ops == plain_ops
+        assert memo == plain
+
+
+def test_memo_mode_copies_share_and_diverge() -> None:
+    original = StdUnorderedMap(memo=True)
+    original.reserve(3)
+    original.update(["kernel_shape", "pads", "strides"])
+    copied = original.copy()
+    copied.insert("group")
+    copied.erase("pads")
+    assert list(original) == iteration_order(["kernel_shape", "pads", "strides"], reserve=3)
+    assert "group" in copied and "pads" not in copied and "pads" in original
+    plain = StdUnorderedMap()
+    plain.reserve(3)
+    plain.update(["kernel_shape", "pads", "strides", "group"])
+    plain.erase("pads")
+    assert list(copied) == list(plain)
+    assert (copied.bucket_count, copied.next_resize) == (plain.bucket_count, plain.next_resize)
+    big = StdUnorderedMap(memo=True)  # past the snapshot size: a linked table from then on
+    big.update(f"k{i}" for i in range(100))
+    assert list(big) == iteration_order(f"k{i}" for i in range(100))
 
 
 # --------------------------------------------------------------------------

@@ -36,9 +36,12 @@ from __future__ import annotations
 
 import collections
 import enum
-from collections.abc import Iterator, Sequence
+import functools
+import operator
+import types
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import overload
+from typing import Any, NamedTuple, overload
 
 import networkx as nx
 import numpy as np
@@ -48,7 +51,7 @@ from onnx import numpy_helper
 from qdqopt.errors import ModelError
 from qdqopt.events import Kind, emit, remove_initializer_text, remove_nodearg_text
 from qdqopt.graph import inference
-from qdqopt.graph.order import ort_topological_order
+from qdqopt.graph.order import ort_order_of_adjacency
 from qdqopt.graph.schema import OpSchema, lookup, node_schema, normalize_domain, type_string
 from qdqopt.graph.stdhash import StdUnorderedMap
 
@@ -145,12 +148,12 @@ def _shape_incomplete(found: onnx.TypeProto) -> bool:
         return False
     if not found.tensor_type.HasField("shape"):
         return True
-    return any(not d.HasField("dim_value") and not d.dim_param for d in found.tensor_type.shape.dim)
+    return any(not d.HasField("dim_value") and not d.dim_param for d in found.tensor_type.shape.dim[:])
 
 
 def _shape_dims(shape: onnx.TensorShapeProto, as_written: bool) -> ShapeDims:
     dims: ShapeDims = []
-    for dim in shape.dim:
+    for dim in shape.dim[:]:  # (a slice: iterating a upb container ends in an IndexError, which costs)
         if dim.HasField("dim_value"):
             dims.append(int(dim.dim_value))
         elif dim.HasField("dim_param") and (as_written or not dim.dim_param.startswith("unk__")):
@@ -162,6 +165,8 @@ def _shape_dims(shape: onnx.TensorShapeProto, as_written: bool) -> ShapeDims:
 
 
 def _declared_input_type(graph: Graph, name: str) -> onnx.TypeProto | None:
+    if name not in graph.input_index():
+        return None
     for vi in graph.inputs:
         if vi.name == name and vi.HasField("type"):
             return vi.type
@@ -189,9 +194,9 @@ def merge_declared(graph: Graph, name: str, inferred: Sequence[int | None] | Non
     return [i if i is not None else d for i, d in zip(inferred, declared, strict=True)]
 
 
-@dataclass(frozen=True, order=True)
-class Edge:
-    """A data edge. Sorting edges gives ORT's ``EdgeEndCompare`` order for one node's output edges."""
+class Edge(NamedTuple):
+    """A data edge. Sorting edges gives ORT's ``EdgeEndCompare`` order for one node's output edges (a named tuple:
+    cheap to make and compare, as passes ask for edges all the time)."""
 
     dst: int
     src_slot: int
@@ -233,7 +238,7 @@ class Node:
     since_version: int | None = None
     original: onnx.NodeProto | None = None
     #: ORT's ``NodeAttributes`` is a ``std::unordered_map``: this mirrors its iteration (= saved) order.
-    attr_map: StdUnorderedMap = field(default_factory=StdUnorderedMap)
+    attr_map: StdUnorderedMap = field(default_factory=lambda: StdUnorderedMap(memo=True))
 
     def attribute_order(self) -> list[str]:
         """Attribute names in the order ORT writes them."""
@@ -343,15 +348,25 @@ class Graph:
         self.doc_string_present = False
         self.ir_version = 10
         self.opsets = opsets
+        # the schema of each (domain, op type) at this graph's opsets (see schema())
+        self._schemas: dict[tuple[str, str], OpSchema | object | None] = {}
         self.parent = parent
         self.parent_node = parent_node
         self._nx: nx.MultiDiGraph = nx.MultiDiGraph()
         self._order: list[int] | None = None  # topological order of the current structure (None: to compute)
+        self._position: dict[int, int] | None = None  # node index -> its place in _order (None: to compute)
+        # op type -> the indices of the live nodes of that op type (any domain)
+        self._by_op: dict[str, set[int]] = {}
+        # the nodes that may miss a schema-default attribute (added, or lost one, since fill_default_attributes)
+        self._unfilled: set[int] = set()
         self._nodes: dict[int, Node] = {}
         self._next_index = 0
         self._producer: dict[str, tuple[int, int]] = {}
         self._consumers: dict[str, set[int]] = {}
         self._consumed: dict[int, set[str]] = {}
+        # the live nodes that have subgraphs (kept by add_node, remove_node and refresh_implicit_inputs, which every
+        # attaching of a subgraph is followed by), so that what recurses into subgraphs skips the other nodes
+        self._sub_nodes: set[int] = set()
         # live node names (with multiplicity) and op counts, kept as nodes come and go
         self._live_names: collections.Counter[str] = collections.Counter()
         self._op_count: collections.Counter[str] = collections.Counter()
@@ -362,6 +377,9 @@ class Graph:
         self.inputs: list[onnx.ValueInfoProto] = []
         self.outputs: list[onnx.ValueInfoProto] = []
         self.value_info: list[onnx.ValueInfoProto] = []
+        # the inputs and outputs by name, with the list and length they were made for (see input_index)
+        self._input_index: tuple[list[onnx.ValueInfoProto], int, dict[str, onnx.ValueInfoProto]] | None = None
+        self._output_index: tuple[list[onnx.ValueInfoProto], int, dict[str, onnx.ValueInfoProto]] | None = None
         #: names of the value_info entries ORT keeps (their tensor had a NodeArg after load)
         self.value_info_names: set[str] = set()
         # initializers, in ORT's graph_proto_->initializer() order
@@ -416,6 +434,8 @@ class Graph:
         # the structure when the pass application under way began (the main graph's; None: no pass began)
         self._pass_began_at: tuple[int, ...] | None = None
         self._node_types: dict[tuple[str, int], onnx.TypeProto | None] = {}
+        # node index -> what node_proto made of the node, with the node's fields it was made from
+        self._node_protos: dict[int, tuple[Any, ...]] = {}
 
     def clone(self, parent: Graph | None = None, parent_node: Node | None = None) -> Graph:
         """An independent copy (nodes, edges, values, initializers, names, counters, the types inferred so far;
@@ -426,11 +446,16 @@ class Graph:
         new.parent = parent if parent is not None else self.parent
         new.parent_node = parent_node if parent_node is not None else self.parent_node
         new.opsets = parent.opsets if parent is not None else dict(self.opsets)
+        new._schemas = dict(self._schemas)
         new._nx = self._nx.copy()
         new._order = None if self._order is None else list(self._order)
+        new._position = None
+        new._by_op = {k: set(v) for k, v in self._by_op.items()}
+        new._unfilled = set(self._unfilled)
         new._producer = dict(self._producer)
         new._consumers = {k: set(v) for k, v in self._consumers.items()}
         new._consumed = {k: set(v) for k, v in self._consumed.items()}
+        new._sub_nodes = set(self._sub_nodes)
         new.inputs = [_copy_proto(v) for v in self.inputs]
         new.outputs = [_copy_proto(v) for v in self.outputs]
         new.value_info = [_copy_proto(v) for v in self.value_info]
@@ -460,6 +485,7 @@ class Graph:
         new._pass_new = None if self._pass_new is None else set(self._pass_new)
         new._data_types = None if self._data_types is None else dict(self._data_types)
         new._node_types = {}  # the copy infers node by node on its own
+        new._node_protos = {}
         new._nodes = {}
         for index, node in self._nodes.items():
             copied = Node(
@@ -491,6 +517,11 @@ class Graph:
         """The live node with that index, or None if it was removed."""
         return self._nodes.get(index)
 
+    def live(self) -> Mapping[int, Node]:
+        """The live nodes by index, as a read-only view kept current (``index in graph.live()`` asks what
+        :meth:`node` asks, without a call: a visit loop asks it of every node)."""
+        return types.MappingProxyType(self._nodes)
+
     def nodes(self) -> list[Node]:
         """Live nodes in index order (the dict's insertion order: indices only grow and are never reused)."""
         return list(self._nodes.values())
@@ -498,21 +529,40 @@ class Graph:
     def op_counts(self) -> collections.Counter[str]:
         """Op counts of this graph and its subgraphs, keyed ``op`` or ``domain.op`` (kept as nodes come and go)."""
         counts = collections.Counter(self._op_count)
-        for node in self._nodes.values():
-            for sub in node.subgraphs.values():
-                counts.update(sub.op_counts())
+        for _, _, sub in self.subgraphs():
+            counts.update(sub.op_counts())
         return counts
 
     def topological_order(self) -> list[Node]:
         """Live nodes in ORT's topological order (a snapshot: later removals do not affect it)."""
-        if self._order is None:  # computed once per structure: every node or edge change resets it
-            pred, succ = self._nx._pred, self._nx._succ
-            self._order = ort_topological_order(
-                self._nodes,
-                lambda i: [src for src, keys in pred[i].items() for _ in keys],
-                lambda i: bool(succ[i]),
-            )
-        return [self._nodes[i] for i in self._order]
+        nodes = self._nodes
+        return [nodes[i] for i in self._current_order()]
+
+    def candidates_in_order(self, op_types: Collection[str]) -> list[Node]:
+        """The live nodes whose op type is one of ``op_types``, and those with subgraphs, in ORT's topological order
+        (a snapshot, as :meth:`topological_order`): what a pass that looks only at these op types visits (the op
+        type to nodes index spares it the others)."""
+        order = self._current_order()
+        wanted = set(self._sub_nodes)
+        for op_type in op_types:
+            found = self._by_op.get(op_type)
+            if found:
+                wanted |= found
+        nodes = self._nodes
+        if 8 * len(wanted) > len(order):  # many: a pass over the order costs less than sorting them
+            return [nodes[i] for i in order if i in wanted]
+        position = self._position
+        assert position is not None
+        return [nodes[i] for i in sorted(wanted, key=position.__getitem__)]
+
+    def _current_order(self) -> list[int]:
+        order = self._order
+        if order is None:  # computed once per structure: every node or edge change resets it
+            order = self._order = ort_order_of_adjacency(self._nodes, self._nx._pred, self._nx._succ)
+            self._position = None
+        if self._position is None:
+            self._position = {index: n for n, index in enumerate(order)}
+        return order
 
     def max_node_index(self) -> int:
         return self._next_index
@@ -558,9 +608,13 @@ class Graph:
             node.attr_map.update(node.attributes)
         self._next_index += 1
         self._nodes[node.index] = node
-        self._nx.add_node(node.index)
+        if node.subgraphs:
+            self._sub_nodes.add(node.index)
+        self._nx_add(node.index)
         self._live_names[name] += 1
         self._op_count[node.qualified_op] += 1
+        self._index_op(node)
+        self._unfilled.add(node.index)
         self._note("+", node)
         self._order = None
         node.since_version = self._since_version(node)
@@ -580,6 +634,86 @@ class Graph:
             self.modified = True
         return node
 
+    def load_node(
+        self,
+        name: str,
+        op_type: str,
+        inputs: list[str],
+        outputs: list[str],
+        domain: str,
+        attributes: dict[str, onnx.AttributeProto],
+        doc_string: str,
+        original: onnx.NodeProto,
+        attr_map: StdUnorderedMap,
+    ) -> Node:
+        """:meth:`add_node` for the loader, which builds a graph from scratch: the node (taking ``inputs``,
+        ``outputs``, ``attributes`` and ``attr_map`` as they are) is registered, but its edges wait for
+        :meth:`finish_load`, and the NodeArg map for :meth:`forget_production` (ORT's constructor fills it in its own
+        order); the graph is not marked modified."""
+        index = self._next_index
+        self._next_index += 1
+        node = Node(
+            index, name, op_type, domain, inputs, outputs, attributes, doc_string, original=original, attr_map=attr_map
+        )
+        self._nodes[index] = node
+        self._nx_add(index)
+        self._live_names[name] += 1
+        self._op_count[node.qualified_op] += 1
+        self._index_op(node)
+        self._unfilled.add(index)
+        node.since_version = self._since_version(node)
+        known, producer = self._known_values, self._producer
+        for slot, value in enumerate(outputs):
+            if value:
+                producer[value] = (index, slot)
+                known.add(value)
+        for value in inputs:
+            if value:
+                known.add(value)
+        return node
+
+    def finish_load(self) -> None:
+        """Wire every node's input edges (after :meth:`load_node` of every node): :meth:`_rewire_inputs` of each,
+        on a graph without edges yet but those of nodes with subgraphs."""
+        self._order = None
+        succ, pred = self._nx._succ, self._nx._pred
+        consumers, producer, consumed = self._consumers, self._producer, self._consumed
+        for index, node in self._nodes.items():
+            if node.implicit_inputs or pred[index]:  # wired already (a node with subgraphs): as any rewiring
+                self._rewire_inputs(node)
+                continue
+            consumed[index] = {v for v in node.inputs if v}
+            preds = pred[index]
+            for slot, value in enumerate(node.inputs):
+                if not value:
+                    continue
+                readers = consumers.get(value)
+                if readers is None:
+                    consumers[value] = {index}
+                else:
+                    readers.add(index)
+                found = producer.get(value)
+                if found is not None:
+                    src = found[0]
+                    keys = succ[src].get(index)
+                    if keys is None:
+                        keys = succ[src][index] = preds[src] = {}
+                    keys[(found[1], slot)] = {"value": value}
+
+    def _index_op(self, node: Node) -> None:
+        found = self._by_op.get(node.op_type)
+        if found is None:
+            self._by_op[node.op_type] = {node.index}
+        else:
+            found.add(node.index)
+
+    def _nx_add(self, index: int) -> None:
+        # networkx's MultiDiGraph.add_node, its adjacency reached directly (as _rewire_inputs does for edges)
+        graph = self._nx
+        graph._succ[index] = {}
+        graph._pred[index] = {}
+        graph._node[index] = {}
+
     def remove_node(self, node: Node) -> None:
         """``Graph::RemoveNode``: the node and all its edges go; its output values stay known (ORT keeps NodeArgs)."""
         self._before_edit()
@@ -587,17 +721,32 @@ class Graph:
         for slot, value in enumerate(node.outputs):
             if value and self._producer.get(value) == (node.index, slot):
                 del self._producer[value]
-        for value in self._consumed.pop(node.index, set()):
-            self._consumers.get(value, set()).discard(node.index)
-        self._nx.remove_node(node.index)
+        index = node.index
+        consumers = self._consumers
+        for value in self._consumed.pop(index, ()):
+            readers = consumers.get(value)
+            if readers is not None:
+                readers.discard(index)
+        # networkx's MultiDiGraph.remove_node, its adjacency reached directly
+        succ, pred = self._nx._succ, self._nx._pred
+        for dst in succ[index]:
+            del pred[dst][index]
+        for src in pred[index]:
+            del succ[src][index]
+        del succ[index], pred[index], self._nx._node[index]
         self._order = None
-        del self._nodes[node.index]
+        del self._nodes[index]
+        self._sub_nodes.discard(node.index)
         self._live_names[node.name] -= 1
         if not self._live_names[node.name]:
             del self._live_names[node.name]
         self._op_count[node.qualified_op] -= 1
         if not self._op_count[node.qualified_op]:
             del self._op_count[node.qualified_op]
+        same_op = self._by_op[node.op_type]
+        same_op.discard(index)
+        if not same_op:
+            del self._by_op[node.op_type]
         self._note("-", node)
         self.modified = True
 
@@ -613,6 +762,7 @@ class Graph:
         self._before_edit()
         if node.attributes.pop(name, None) is not None:
             node.attr_map.erase(name)
+            self._unfilled.add(node.index)
             self.modified = True
 
     def set_input(self, node: Node, slot: int, value: str) -> None:
@@ -684,6 +834,42 @@ class Graph:
             return
         root._journal[key] = (kind, node.name, node.qualified_op)
 
+    def node_proto(self, node: Node) -> onnx.NodeProto:
+        """``Node::ToProto`` of a node without subgraphs: name, op, domain and doc string (when not empty),
+        attributes in ``NodeAttributes`` order, inputs, outputs. Kept while the node stays as it is (the inference
+        runs and the saver each write every node), so the caller must not edit it (a repeated field's ``append``
+        copies it)."""
+        assert not node.subgraphs, "node_proto: a node with subgraphs is written with its subgraphs"
+        attributes = node.attributes
+        head = (node.name, node.op_type, node.domain, node.doc_string)
+        names, protos = tuple(attributes), tuple(attributes.values())  # the protos themselves: never edited in place
+        order_state = node.attr_map.snapshot()  # the map's key order, when the map is a shared snapshot
+        cached = self._node_protos.get(node.index)
+        if (
+            cached is not None
+            and cached[0] == head
+            and cached[1] == node.inputs
+            and cached[2] == node.outputs
+            and cached[3] == names
+            and all(map(operator.is_, cached[4], protos))
+            and order_state is not None
+            and cached[5] is order_state
+        ):
+            found: onnx.NodeProto = cached[6]
+            return found
+        proto = onnx.NodeProto()
+        proto.name = node.name
+        proto.op_type = node.op_type
+        if node.domain:
+            proto.domain = node.domain
+        if node.doc_string:
+            proto.doc_string = node.doc_string
+        proto.attribute.extend(attributes[name] for name in node.attr_map if name in attributes)
+        proto.input.extend(node.inputs)
+        proto.output.extend(node.outputs)
+        self._node_protos[node.index] = (head, list(node.inputs), list(node.outputs), names, protos, order_state, proto)
+        return proto
+
     def take_changes(self) -> Changes:
         """The nodes added, removed and rewired in this graph and its subgraphs since the last call (or the load), in
         the order first touched; the record starts again empty. Call it on the main graph."""
@@ -746,22 +932,32 @@ class Graph:
         """Output edges in ORT's ``EdgeEndCompare`` order: consumer index, then source slot, then input slot."""
         src = node.index
         edges = [
-            Edge(dst, key[0], key[1], src, data["value"])
+            _new_edge(Edge, (dst, key[0], key[1], src, data["value"]))
             for dst, keys in self._nx._succ[src].items()
             for key, data in keys.items()
         ]
-        edges.sort()
+        if len(edges) > 1:
+            edges.sort()
         return edges
 
     def input_edges(self, node: Node) -> list[Edge]:
         dst = node.index
         edges = [
-            Edge(dst, key[0], key[1], src, data["value"])
+            _new_edge(Edge, (dst, key[0], key[1], src, data["value"]))
             for src, keys in self._nx._pred[dst].items()
             for key, data in keys.items()
         ]
-        edges.sort(key=lambda e: (e.src, e.src_slot, e.dst_slot))
+        if len(edges) > 1:
+            edges.sort(key=_input_edge_key)
         return edges
+
+    def output_edge_count(self, node: Node) -> int:
+        """``Node::GetOutputEdgesCount``: ``len(output_edges(node))`` without making the edges."""
+        return sum(map(len, self._nx._succ[node.index].values()))
+
+    def input_edge_count(self, node: Node) -> int:
+        """``Node::GetInputEdgesCount`` (implicit-input edges included), without making the edges."""
+        return sum(map(len, self._nx._pred[node.index].values()))
 
     def input_nodes(self, node: Node) -> list[Node]:
         """Producers of the node's inputs, one per input edge, in ascending index order."""
@@ -771,7 +967,29 @@ class Graph:
         return [o.name for o in self.outputs]
 
     def is_graph_output(self, value: str) -> bool:
-        return any(o.name == value for o in self.outputs)
+        return value in self.output_index()
+
+    def input_index(self) -> dict[str, onnx.ValueInfoProto]:
+        """The graph inputs by name (the first of a repeated name), kept until ``inputs`` is replaced or grows."""
+        inputs = self.inputs
+        cached = self._input_index
+        if cached is None or cached[0] is not inputs or cached[1] != len(inputs):
+            index: dict[str, onnx.ValueInfoProto] = {}
+            for vi in inputs:
+                index.setdefault(vi.name, vi)
+            cached = self._input_index = (inputs, len(inputs), index)
+        return cached[2]
+
+    def output_index(self) -> dict[str, onnx.ValueInfoProto]:
+        """The graph outputs by name (the first of a repeated name), as :meth:`input_index`."""
+        outputs = self.outputs
+        cached = self._output_index
+        if cached is None or cached[0] is not outputs or cached[1] != len(outputs):
+            index: dict[str, onnx.ValueInfoProto] = {}
+            for vi in outputs:
+                index.setdefault(vi.name, vi)
+            cached = self._output_index = (outputs, len(outputs), index)
+        return cached[2]
 
     def graph_input_names(self) -> list[str]:
         """Graph inputs as listed in the model (for IR < 4 they include initializers)."""
@@ -805,6 +1023,10 @@ class Graph:
         copied = onnx.TypeProto()
         copied.CopyFrom(type_proto)
         self._types[name] = copied
+
+    def adopt_value_type(self, name: str, type_proto: onnx.TypeProto) -> None:
+        """:meth:`set_value_type` with a TypeProto the caller gives up (kept as it is, not copied; never edit it)."""
+        self._types[name] = type_proto
 
     def pin_value_type(self, name: str, type_proto: onnx.TypeProto) -> None:
         """Set the type of the value's NodeArg outright, as a pass editing NodeArgs does (``NodeArg::SetShape``,
@@ -899,6 +1121,9 @@ class Graph:
         if view is View.FILLED:
             filled = self._filled_shape(value)
             return None if filled is None else [*filled]
+        owner = self.initializer_owner(value) if value else None
+        if owner is not None and _declared_input_type(owner, value) is None:  # type_proto's first case, made short
+            return [int(d) for d in owner._inits[value].dims]
         found = self.type_proto(value)
         if found is None or found.WhichOneof("value") != "tensor_type" or not found.tensor_type.HasField("shape"):
             return None
@@ -912,6 +1137,9 @@ class Graph:
             return self._data_elem_type(value)
         if view is View.FILLED:
             raise ValueError("View.FILLED answers shapes only")
+        owner = self.initializer_owner(value) if value else None
+        if owner is not None and _declared_input_type(owner, value) is None:  # type_proto's first case, made short
+            return int(owner._inits[value].data_type) or None
         found = self.type_proto(value)
         if found is None or found.WhichOneof("value") != "tensor_type" or not found.tensor_type.elem_type:
             return None
@@ -953,7 +1181,7 @@ class Graph:
         """``View.FILLED``: see :class:`View`."""
         scope: Graph | None = self
         while scope is not None:
-            if value in scope.graph_input_names():
+            if value in scope.input_index():
                 return _declared_shape(scope, value)
             tensor = scope.initializer(value)
             if tensor is not None:
@@ -1005,7 +1233,7 @@ class Graph:
         input's declared shape, the inferred one; a value read from an enclosing scope has that scope's."""
         if not value:
             return None
-        declared = next((i for i in self.inputs if i.name == value), None)
+        declared = self.input_index().get(value)
         tensor = self._inits.get(value)
         if tensor is not None and declared is None:
             return [int(d) for d in tensor.dims]
@@ -1026,7 +1254,7 @@ class Graph:
         root = inference.root_of(self)
         if known is not None and value in known:
             found = known[value]
-            if not (_shape_incomplete(found) and root._data_stale_at_pass_start()):
+            if not (root._data_stale_at_pass_start() and _shape_incomplete(found)):
                 return found
         elif known is not None and root._data_typed_at == root._structure_stamp():
             return None
@@ -1045,18 +1273,22 @@ class Graph:
         types = self._data_types
         if types is None:
             types = self._data_types = {}
-        for vi in (*inferred.input, *inferred.output, *inferred.value_info):
+        for vi in (*inferred.input[:], *inferred.output[:], *inferred.value_info[:]):
             if vi.HasField("type"):
                 previous = types.get(vi.name)
                 # what this inference leaves unknown the NodeArg keeps from before (ORT merges, never clears a dim
                 # for want of information: a DQ duplicated from a Loop's output, whose declared dims ONNX cannot
                 # infer, feeds values that keep theirs; knownx/fz_loop_output_nhwc)
                 types[vi.name] = inference.fill_unknown(vi.type, previous) if previous is not None else vi.type
+        if not self._sub_nodes:
+            return
         order = self.topological_order()
         if len(order) != len(inferred.node):
             return
-        for node, proto in zip(order, inferred.node, strict=True):
-            for attr in proto.attribute:
+        for position, node in enumerate(order):
+            if not node.subgraphs:
+                continue
+            for attr in inferred.node[position].attribute[:]:
                 sub = node.subgraphs.get(attr.name)
                 if sub is not None and attr.HasField("g"):
                     sub._keep_data_types(attr.g)
@@ -1134,7 +1366,7 @@ class Graph:
     def is_constant_initializer(self, name: str, *, check_outer_scope: bool = True) -> bool:
         """An initializer that no graph input can override (``graph_utils::IsConstantInitializer``)."""
         if name in self._inits:
-            return not (self.can_override_initializers() and any(i.name == name for i in self.inputs))
+            return not (self.ir_version >= 4 and name in self.input_index())
         if check_outer_scope and self.parent is not None and not self._defined_here(name):
             return self.parent.is_constant_initializer(name)
         return False
@@ -1212,23 +1444,36 @@ class Graph:
         return self.opsets.get(normalize_domain(domain))
 
     def schema(self, node: Node) -> OpSchema | None:
-        return lookup(node.domain, node.op_type, self.opset(node.domain))
+        key = (node.domain, node.op_type)
+        found = self._schemas.get(key, _NO_SCHEMA)
+        if found is _NO_SCHEMA:  # the opsets never change once loaded
+            found = self._schemas[key] = lookup(node.domain, node.op_type, self.opset(node.domain))
+        return found  # type: ignore[return-value]
 
     def fill_default_attributes(self) -> None:
-        """Add every schema-default attribute missing on a node (part of ``Resolve``; recursive)."""
-        for node in self._nodes.values():
+        """Add every schema-default attribute missing on a node (part of ``Resolve``; recursive).
+
+        Only the nodes that can miss one are looked at: those added, or that lost an attribute, since the last fill
+        (the others have all theirs already)."""
+        nodes = self._nodes
+        for index in sorted(self._unfilled):
+            node = nodes.get(index)
+            if node is None:
+                continue
             schema = self.schema(node)
             if schema is not None:
-                for attr_name, default in schema.defaults():
+                for attr_name, default in schema.default_list:
                     if attr_name not in node.attributes:
                         node.attributes[attr_name] = default
                         node.attr_map.insert(attr_name)
-            for sub in node.subgraphs.values():
-                sub.fill_default_attributes()
+        self._unfilled.clear()
+        for _, _, sub in self.subgraphs():
+            sub.fill_default_attributes()
 
     def record_subgraph_reads(self) -> None:
         """Resolve adds to ``value_info_`` every node output that a subgraph reads; entries are never dropped."""
-        for node in self._nodes.values():
+        for index in self._sub_nodes:
+            node = self._nodes[index]
             self.value_info_names.update(v for v in node.implicit_inputs if v in self._producer)
 
     def unused_initializers(self) -> list[str]:
@@ -1236,11 +1481,11 @@ class Graph:
 
         In ``name_to_initial_tensor_`` iteration order, which is the order ORT removes them in.
         """
-        used: set[str] = {o.name for o in self.outputs} | {i.name for i in self.inputs}
-        for node in self._nodes.values():
-            used.update(node.inputs)
-            used.update(node.implicit_inputs)
-        return [name for name in self._init_map if name not in used]
+        consumers, outputs, inputs = self._consumers, self.output_index(), self.input_index()
+        # (the readers of a value, explicit and implicit, are kept as edges are made)
+        return [
+            name for name in self._init_map if not consumers.get(name) and name not in outputs and name not in inputs
+        ]
 
     def mark_untyped(self, name: str) -> None:
         """The value's NodeArg has no type (a pass created it with none, as the transpose optimizer's API does, and
@@ -1251,6 +1496,8 @@ class Graph:
     def unused_untyped_values(self) -> set[str]:
         """Untyped NodeArgs nothing uses (no node input, output or subgraph read, no graph input or output): what
         Resolve removes after the unused initializers."""
+        if not self._untyped_values:
+            return set()
         used = {v for n in self._nodes.values() for v in (*n.inputs, *n.implicit_inputs, *n.outputs)}
         used |= {o.name for o in self.outputs} | {i.name for i in self.inputs}
         return {name for name in self._untyped_values if name not in used}
@@ -1275,20 +1522,23 @@ class Graph:
             self.remove_initializer(name)
         unused = self.unused_untyped_values()
         self._untyped_values.clear()
-        for name in [name for name in self._arg_map if name in unused]:  # in node_args_ iteration order
+        for name in [name for name in self._arg_map if name in unused] if unused else ():  # node_args_ order
             emit(Kind.REMOVE_NODEARG, remove_nodearg_text(name), (name,))
             self._arg_map.erase(name)
         for name in unused:
             self._known_values.discard(name)
             self._arg_map.erase(name)  # (a value the map never held: nothing to log)
-        for node in self._nodes.values():
-            for sub in _subgraphs_in_map_order(node):
+        for index in sorted(self._sub_nodes):
+            for sub in _subgraphs_in_map_order(self._nodes[index]):
                 removed += sub.resolve()
         return removed
 
     # ------------------------------------------------------------------ subgraphs
     def subgraphs(self) -> Iterator[tuple[Node, str, Graph]]:
-        for node in self.nodes():
+        """Each node's subgraphs (node index order, then the node's attribute order)."""
+        nodes = self._nodes
+        for index in sorted(self._sub_nodes):
+            node = nodes[index]
             for attr_name, sub in node.subgraphs.items():
                 yield node, attr_name, sub
 
@@ -1303,7 +1553,7 @@ class Graph:
 
     def defines(self, value: str) -> bool:
         """Whether ``value`` is produced, initialized or a graph input in this graph (not an outer-scope value)."""
-        return value in self._producer or value in self._inits or any(i.name == value for i in self.inputs)
+        return value in self._producer or value in self._inits or value in self.input_index()
 
     _defined_here = defines
 
@@ -1312,15 +1562,18 @@ class Graph:
         the nearest enclosing one that does; None when the name is no initializer there."""
         scope: Graph | None = self
         while scope is not None and name:
-            if scope.is_initializer(name):
+            if name in scope._inits:
                 return scope
-            if scope.defines(name) or not check_outer_scope:
+            if not check_outer_scope or scope.defines(name):
                 return None
             scope = scope.parent
         return None
 
     def constant_initializer(self, name: str, *, check_outer_scope: bool = True) -> onnx.TensorProto | None:
         """``Graph::GetConstantInitializer``: the tensor, unless a graph input can override it."""
+        tensor = self._inits.get(name)
+        if tensor is not None and name:  # this graph's own (the usual case, answered here)
+            return None if self.ir_version >= 4 and name in self.input_index() else tensor
         owner = self.initializer_owner(name, check_outer_scope=check_outer_scope)
         if owner is None or not owner.is_constant_initializer(name, check_outer_scope=False):
             return None
@@ -1337,8 +1590,10 @@ class Graph:
         """The part of Resolve's type inference that passes can break: a QuantizeLinear whose ``output_dtype``
         disagrees with its zero point's type (a zero point rewritten to another type, the attribute left as it
         was) fails ONNX's inference, and ORT's session with it."""
-        for node in self._nodes.values():
-            if node.op_type != "QuantizeLinear" or normalize_domain(node.domain) != "" or len(node.inputs) < 3:
+        nodes = self._nodes
+        for index in sorted(self._by_op.get("QuantizeLinear", ())):  # (index order, as the node dict's)
+            node = nodes[index]
+            if normalize_domain(node.domain) != "" or len(node.inputs) < 3:
                 continue
             attr = node.attributes.get("output_dtype")
             zp = node.inputs[2]
@@ -1353,10 +1608,11 @@ class Graph:
                     f"{names(attr.i)} does not match y_zero_point type {names(tensor.data_type)}."
                 )
         self._check_qlinear_input_types()
-        for node in self._nodes.values():
+        for index in sorted(self._by_op.get("QLinearAveragePool", ())):
             # QLinearAveragePool's schema inference wants rank-0 quantization parameters; the QDQ fusion makes one
             # from a unit whose DQ/Q parameters have shape [1] or are per axis (ORT 1.32 then fails the session)
-            if node.op_type != "QLinearAveragePool" or normalize_domain(node.domain) != "com.microsoft":
+            node = nodes[index]
+            if normalize_domain(node.domain) != "com.microsoft":
                 continue
             for name in node.inputs[1:5]:
                 owner = self.initializer_owner(name) if name else None
@@ -1391,19 +1647,27 @@ class Graph:
             found = self.value_type(name)
             return int(found.tensor_type.elem_type) if found is not None and found.HasField("tensor_type") else 0
 
-        def text(elem: int) -> str:
-            return str(type_string(onnx.helper.make_tensor_type_proto(elem, None)))
-
-        for node in self._nodes.values():
+        text = _tensor_type_text
+        # the nodes to check, in index order (the node map's), found through the op type index
+        ops = [op for op in self._by_op if op.startswith("QLinear") or op in ("QuantizeLinear", "DequantizeLinear")]
+        candidates = sorted(index for op in ops for index in self._by_op[op])
+        # per schema: its type constraints as a map, and its output zero point's formal (None: it has none)
+        by_schema: dict[int, tuple[dict[str, frozenset[str]], int | None]] = {}
+        nodes = self._nodes
+        for index in candidates:
+            node = nodes[index]
             qlinear = node.op_type.startswith("QLinear") and normalize_domain(node.domain) == "com.microsoft"
             if not qlinear and node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
                 continue
             schema = node_schema(node)
             if schema is None or not schema.inputs:
                 continue
-            allowed = dict(schema.type_constraints)
-            zps = [k for k, f in enumerate(schema.inputs) if f.name.lower() in _OUTPUT_ZERO_POINTS]
-            out_zp = zps[-1] if zps and qlinear else None  # QLinearWhere's z_zero_point is its output's
+            facts = by_schema.get(id(schema))
+            if facts is None:
+                zps = [k for k, f in enumerate(schema.inputs) if f.name.lower() in _OUTPUT_ZERO_POINTS]
+                facts = by_schema[id(schema)] = (dict(schema.type_constraints), zps[-1] if zps else None)
+            allowed = facts[0]
+            out_zp = facts[1] if qlinear else None  # QLinearWhere's z_zero_point is its output's
             bound: dict[str, int] = {}
             for slot, name in enumerate(node.inputs):
                 formal = schema.inputs[min(slot, len(schema.inputs) - 1)]
@@ -1438,14 +1702,17 @@ class Graph:
     def _refresh_subgraph_reads(self) -> None:
         """Resolve's ``BuildConnections``: innermost graphs first, every node with subgraphs gets its implicit inputs
         (the outer-scope values its subgraphs read) recomputed, so a pass that changed a subgraph need not."""
-        for node in list(self._nodes.values()):
-            if node.subgraphs:
-                for sub in node.subgraphs.values():
-                    sub._refresh_subgraph_reads()
-                self.refresh_implicit_inputs(node)
+        for index in sorted(self._sub_nodes):
+            node = self._nodes[index]
+            for sub in node.subgraphs.values():
+                sub._refresh_subgraph_reads()
+            self.refresh_implicit_inputs(node)
 
     def refresh_implicit_inputs(self, node: Node) -> None:
-        """Recompute ``node.implicit_inputs`` from its subgraphs and rewire the implicit edges."""
+        """Recompute ``node.implicit_inputs`` from its subgraphs and rewire the implicit edges (called whenever
+        subgraphs are attached to a node)."""
+        if node.subgraphs and self._nodes.get(node.index) is node:
+            self._sub_nodes.add(node.index)
         implicit: dict[str, None] = {}
         for sub in node.subgraphs.values():
             for value in sub.outer_scope_values():
@@ -1502,13 +1769,54 @@ class Graph:
                 keys[(found[1], slot)] = {"value": value}
 
     def _connect_consumers_of(self, value: str) -> None:
-        for index in list(self._consumers.get(value, ())):
-            consumer = self._nodes.get(index)
-            if consumer is not None:
-                self._rewire_inputs(consumer)
+        """The edges carrying ``value`` made again (its producer changed): the readers' edges for other values stay
+        as they are (what :meth:`_rewire_inputs` of each reader would give, without redoing those)."""
+        readers = self._consumers.get(value)
+        if not readers:
+            return
+        self._order = None
+        succ, pred = self._nx._succ, self._nx._pred
+        found = self._producer.get(value)
+        nodes = self._nodes
+        for index in list(readers):
+            consumer = nodes.get(index)
+            if consumer is None:
+                continue
+            preds = pred[index]
+            for src in [s for s, keys in preds.items() if any(d["value"] == value for d in keys.values())]:
+                keys = preds[src]
+                for key in [k for k, d in keys.items() if d["value"] == value]:
+                    del keys[key]
+                if not keys:  # the key dict is shared by succ[src][index] and pred[index][src]
+                    del preds[src], succ[src][index]
+            if found is None:
+                continue
+            src, src_slot = found
+            all_inputs = consumer.inputs + consumer.implicit_inputs if consumer.implicit_inputs else consumer.inputs
+            for slot, read in enumerate(all_inputs):
+                if read == value:
+                    keys = succ[src].get(index)
+                    if keys is None:
+                        keys = succ[src][index] = preds[src] = {}
+                    keys[(src_slot, slot)] = {"value": value}
 
     def _disconnect_consumers_of(self, value: str) -> None:
         self._connect_consumers_of(value)
+
+
+_NO_SCHEMA = object()
+#: ``Edge(*fields)`` without the named tuple's Python-level ``__new__``
+_new_edge = tuple.__new__
+
+
+@functools.cache
+def _tensor_type_text(elem: int) -> str:
+    """ORT's type string of a tensor of element type ``elem`` (``tensor(float)``), as Resolve's errors print it."""
+    return str(type_string(onnx.helper.make_tensor_type_proto(elem, None)))
+
+
+def _input_edge_key(edge: Edge) -> tuple[int, int, int]:
+    return edge.src, edge.src_slot, edge.dst_slot
 
 
 def _complete(found: onnx.TypeProto | None) -> bool:
@@ -1539,15 +1847,20 @@ _CLONED_FIELDS = {
     "doc_string_present",
     "ir_version",
     "opsets",
+    "_schemas",
     "parent",
     "parent_node",
     "_nx",
     "_order",
+    "_position",
+    "_by_op",
+    "_unfilled",
     "_nodes",
     "_next_index",
     "_producer",
     "_consumers",
     "_consumed",
+    "_sub_nodes",
     "_live_names",
     "_op_count",
     "_journal",
@@ -1555,6 +1868,8 @@ _CLONED_FIELDS = {
     "inputs",
     "outputs",
     "value_info",
+    "_input_index",
+    "_output_index",
     "value_info_names",
     "_init_order",
     "_verbatim_order",
@@ -1584,4 +1899,5 @@ _CLONED_FIELDS = {
     "_data_typed_at",
     "_pass_began_at",
     "_node_types",
+    "_node_protos",
 }

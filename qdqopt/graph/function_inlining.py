@@ -251,9 +251,7 @@ def _inline_function_proto(graph: Graph, fp: onnx.FunctionProto, call: Node, nor
             if (
                 name
                 and name not in call_outputs
-                and (
-                    graph.producer(name) is not None or graph.is_initializer(name) or name in graph.graph_input_names()
-                )
+                and (graph.producer(name) is not None or graph.is_initializer(name) or name in graph.input_index())
             ):
                 raise duplicate(name)
         new = _add_proto_node(graph, body_node, normalize_domain(body_node.domain))

@@ -22,14 +22,17 @@ the results and decides when to run it again:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import onnx
+from onnx import onnx_cpp2py_export
 
 from qdqopt.graph.schema import (
     Schema,
     input_arg_counts,
+    known_type,
     local_functions,
     node_schema,
     normalize_domain,
@@ -39,6 +42,8 @@ from qdqopt.graph.schema import (
 
 if TYPE_CHECKING:
     from qdqopt.graph.core import Graph, Node
+
+_onnx_inference = onnx_cpp2py_export.shape_inference
 
 __all__ = [
     "bound_elem_type",
@@ -63,8 +68,8 @@ def _clear_negative_dims(type_proto: onnx.TypeProto) -> bool:
     which = type_proto.WhichOneof("value")
     if which in {"tensor_type", "sparse_tensor_type"}:
         changed = False
-        for dim in getattr(type_proto, which).shape.dim:
-            if dim.HasField("dim_value") and dim.dim_value < 0:
+        for dim in getattr(type_proto, which).shape.dim[:]:
+            if dim.dim_value < 0:  # (0 when not set)
                 dim.ClearField("dim_value")
                 changed = True
         return changed
@@ -77,24 +82,45 @@ def _clear_negative_dims(type_proto: onnx.TypeProto) -> bool:
     return False
 
 
-def _without_negative_dims(gp: onnx.GraphProto) -> None:
+def _without_negative_dims(gp: onnx.GraphProto, subgraphs: bool = True) -> None:
     """A graph ONNX's inference can be given: a negative dim declared on a value (invalid ONNX, which ORT keeps as a
     value) becomes unknown, since ONNX's inference functions assume dims are not negative (the ``onnx`` wheel is
-    built with assertions: Slice's ``std::clamp`` aborts the whole process on one)."""
-    for vi in (*gp.input, *gp.output, *gp.value_info):
+    built with assertions: Slice's ``std::clamp`` aborts the whole process on one). ``subgraphs``: False when no
+    node has one."""
+    for vi in (*gp.input[:], *gp.output[:], *gp.value_info[:]):
         _clear_negative_dims(vi.type)
-    for node in gp.node:
-        for attr in node.attribute:
+    if not subgraphs:
+        return
+    for node in gp.node[:]:
+        for attr in node.attribute[:]:
             if attr.type == onnx.AttributeProto.GRAPH:
                 _without_negative_dims(attr.g)
             for sub in attr.graphs:
                 _without_negative_dims(sub)
 
 
-def _infer_shapes(model: onnx.ModelProto, *, data_prop: bool = False) -> onnx.ModelProto:
-    """``onnx.shape_inference.infer_shapes`` on ``model`` (edited: negative dims made unknown first)."""
-    _without_negative_dims(model.graph)
-    return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=data_prop)
+#: a negative int64 in protobuf's wire format (ten bytes, the last one 0x01) as field 1, which a dim's ``dim_value``
+#: is: without a match, no dim anywhere is negative (a match elsewhere, in a tensor's dims say, only costs a walk)
+_NEGATIVE_VARINT = re.compile(rb"\x08[\x80-\xff]{9}\x01")
+
+
+def _infer_shapes(
+    model: onnx.ModelProto, *, data_prop: bool = False, subgraphs: bool = True
+) -> tuple[onnx.ModelProto, bool]:
+    """``onnx.shape_inference.infer_shapes`` on ``model`` (edited: negative dims made unknown first), and whether
+    the result names a dim ``unk__...`` (when it does not, no dim needs :func:`_clear_invented_dims`).
+
+    ONNX's own wrapper serialises, infers and parses; this does the same, looking at the bytes on the way: the
+    graph is only walked for negative dims when its bytes hold a negative varint (its nodes only if it has
+    ``subgraphs``), and the result for invented dim names when its bytes hold ``unk__``."""
+    data = model.SerializeToString()
+    if _NEGATIVE_VARINT.search(data):
+        _without_negative_dims(model.graph, subgraphs)
+        data = model.SerializeToString()
+    inferred = _onnx_inference.infer_shapes(data, False, False, data_prop)
+    out = onnx.ModelProto()
+    out.ParseFromString(inferred)
+    return out, b"unk__" in inferred
 
 
 def _infer_node_outputs(
@@ -129,7 +155,7 @@ def producer_index(graph: Graph, value: str) -> int:
 
 
 # -------------------------------------------------------------------------------------------------------- load and save
-def infer_model_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+def infer_model_types(proto: onnx.ModelProto, *, subgraphs: bool = True) -> dict[str, onnx.TypeProto]:
     """Types of every tensor of the main graph as ORT's Resolve infers them (best effort: ops ONNX does not know keep
     their declared types).
 
@@ -137,11 +163,13 @@ def infer_model_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     ORT 1.32 propagates them, which is less far than ONNX's ``data_prop`` (:func:`_mask_value_propagation`): the types
     inference gives without propagation, their unknown dims filled from an inference with ONNX's propagation on a copy
     of the model where the propagation ORT does not do cannot happen. ``proto`` is edited: give a copy made for it,
-    without the weights' data (:mod:`qdqopt.graph.model` makes one, ``_inference_model``).
+    without the weights' data (:mod:`qdqopt.graph.model` makes one, ``_inference_model``). ``subgraphs``: False
+    when the model has none (nothing to look for in its nodes' attributes).
     """
-    declared = _dim_params(proto.graph)
+    # the names the model gives dims: only those ONNX could have invented too matter (see _clear_invented_dims)
+    declared = _dim_params(proto.graph) if b"unk__" in proto.SerializeToString() else set()
     declared_outputs: dict[str, onnx.TypeProto] = {}
-    for output in proto.graph.output:  # a declared output shape must not block inference: the inferred one wins
+    for output in proto.graph.output[:]:  # a declared output shape must not block inference: the inferred one wins
         if output.type.HasField("tensor_type"):
             if output.type.tensor_type.HasField("shape"):
                 kept = declared_outputs[output.name] = onnx.TypeProto()
@@ -151,10 +179,10 @@ def infer_model_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
                         dim.ClearField("dim_value")
             output.type.tensor_type.ClearField("shape")
     try:
-        inferred = _infer_shapes(proto)
+        inferred, invented = _infer_shapes(proto, subgraphs=subgraphs)
     except Exception:
         return {}
-    types = _types_of(inferred.graph, declared)
+    types = _types_of(inferred.graph, declared, invented=invented, subgraphs=subgraphs)
     pinned: dict[str, onnx.TypeProto] = {}
     for _ in range(4):
         # what ORT's NodeArgs know that this inference does not: a graph output's declared dims where inference
@@ -168,12 +196,12 @@ def infer_model_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
         pinned.update((name, types[name]) for name in changed)
         _declare(proto.graph, pinned)
         try:
-            inferred = _infer_shapes(proto)
+            inferred, invented = _infer_shapes(proto, subgraphs=subgraphs)
         except Exception:
             return types
-        types = _types_of(inferred.graph, declared)
+        types = _types_of(inferred.graph, declared, invented=invented, subgraphs=subgraphs)
     _fill_declared_outputs(types, declared_outputs)
-    return _propagated_as_ort(proto, types, declared)
+    return _propagated_as_ort(proto, types, declared, subgraphs=subgraphs)
 
 
 #: rounds of :func:`_propagated_as_ort` (a shape a propagated value gave lets a later ``Shape`` keep a value)
@@ -181,13 +209,15 @@ _PROPAGATION_ROUNDS = 4
 
 
 def _propagated_as_ort(
-    proto: onnx.ModelProto, base: dict[str, onnx.TypeProto], declared: set[str]
+    proto: onnx.ModelProto, base: dict[str, onnx.TypeProto], declared: set[str], *, subgraphs: bool = True
 ) -> dict[str, onnx.TypeProto]:
     """``base`` (the main graph's types as inference without propagation gives them) with the unknown dims that ORT
     1.32's shape-value propagation fills (:func:`_ort_shape_values`) filled: ONNX's ``data_prop`` on a copy of
     ``proto`` where it can use only the values ORT keeps (:func:`_mask_value_propagation`), again while the values
-    kept grow."""
+    kept grow (``subgraphs``: False when the model has none)."""
     types = base
+    if not _reads_shape_values(proto.graph):
+        return types  # no shape value to keep (every kept value starts at a Shape or Size): nothing to propagate
     kept_before: dict[str, _Value] = {}
     for _ in range(_PROPAGATION_ROUNDS):
         kept = _ort_shape_values(proto.graph, types)
@@ -198,11 +228,11 @@ def _propagated_as_ort(
         masked.CopyFrom(proto)
         _mask_value_propagation(masked.graph, types, kept)
         try:
-            propagated = _infer_shapes(masked, data_prop=True)
+            propagated, invented = _infer_shapes(masked, data_prop=True, subgraphs=subgraphs)
         except Exception:
             break
         types = dict(base)
-        for name, found in _types_of(propagated.graph, declared).items():
+        for name, found in _types_of(propagated.graph, declared, invented=invented, subgraphs=subgraphs).items():
             known = types.get(name)
             if known is not None:
                 types[name] = fill_unknown(known, found)
@@ -273,15 +303,26 @@ def _fill_declared_outputs(types: dict[str, onnx.TypeProto], declared_outputs: d
     return changed
 
 
-def _types_of(g: onnx.GraphProto, declared: set[str]) -> dict[str, onnx.TypeProto]:
-    """The value types an inferred graph holds, subgraphs included (ONNX's invented dim names cleared)."""
-    _clear_invented_dims(g, declared)
+def _types_of(
+    g: onnx.GraphProto, declared: set[str], *, invented: bool = True, subgraphs: bool = True
+) -> dict[str, onnx.TypeProto]:
+    """The value types an inferred graph holds, subgraphs included (ONNX's invented dim names cleared, if it
+    ``invented`` any)."""
+    if invented:
+        _clear_invented_dims(g, declared)
     types: dict[str, onnx.TypeProto] = {}
-    for v in [*g.input, *g.output, *g.value_info]:  # inferred value_info last: it knows most
+    for v in [*g.input[:], *g.output[:], *g.value_info[:]]:  # inferred value_info last: it knows most
         if v.HasField("type") and (not v.type.HasField("tensor_type") or v.type.tensor_type.elem_type):
             types[v.name] = v.type
-    _subgraph_types(g, types)
+    if subgraphs:
+        _subgraph_types(g, types, invented)
     return types
+
+
+def _reads_shape_values(gp: onnx.GraphProto) -> bool:
+    """Whether a node of ``gp`` makes a shape value (Shape, Size): without one, :func:`_ort_shape_values` keeps none
+    (every value it keeps starts at one) and there is nothing to propagate."""
+    return any(node.op_type in ("Shape", "Size") and node.domain in ("", "ai.onnx") for node in gp.node)
 
 
 #: ops whose outputs carry shape values: those with an ONNX propagation function (``Slice`` included, which keeps
@@ -475,11 +516,11 @@ def _mask_value_propagation(gp: onnx.GraphProto, types: dict[str, onnx.TypeProto
     gives the rest; ``kept`` is what :func:`_ort_shape_values` found). Subgraphs are left as they are.
     """
     carriers: set[str] = set()
-    for node in gp.node:
+    for node in gp.node[:]:
         if node.domain in ("", "ai.onnx") and node.op_type in _VALUE_OPS:
             carriers.update(v for v in node.output if v and v not in kept)
     hidden: dict[str, str] = {}
-    for node in gp.node:
+    for node in gp.node[:]:
         for slot, name in enumerate(node.input):
             if name not in carriers:
                 continue
@@ -495,35 +536,36 @@ def _mask_value_propagation(gp: onnx.GraphProto, types: dict[str, onnx.TypeProto
     return bool(hidden)
 
 
-def _subgraph_types(gp: onnx.GraphProto, types: dict[str, onnx.TypeProto]) -> None:
+def _subgraph_types(gp: onnx.GraphProto, types: dict[str, onnx.TypeProto], invented: bool = True) -> None:
     """Add what inference found inside subgraphs (If/Loop/Scan bodies) to ``types``; ONNX names are unique across
     scopes, and the enclosing graph's entry wins should one repeat."""
-    for node in gp.node:
-        for attr in node.attribute:
+    for node in gp.node[:]:
+        for attr in node.attribute[:]:
             if attr.type != onnx.AttributeProto.GRAPH:
                 continue
             sub = attr.g
-            _clear_invented_dims(sub, _dim_params(sub))
-            for v in [*sub.input, *sub.output, *sub.value_info]:
+            if invented:
+                _clear_invented_dims(sub, _dim_params(sub))
+            for v in [*sub.input[:], *sub.output[:], *sub.value_info[:]]:
                 if v.HasField("type") and (not v.type.HasField("tensor_type") or v.type.tensor_type.elem_type):
                     types.setdefault(v.name, v.type)
-            _subgraph_types(sub, types)
+            _subgraph_types(sub, types, invented)
 
 
 def _dim_params(gp: onnx.GraphProto) -> set[str]:
     """Every dim_param the model itself names (graph inputs, outputs, value_info)."""
     names: set[str] = set()
-    for v in (*gp.input, *gp.output, *gp.value_info):
+    for v in (*gp.input[:], *gp.output[:], *gp.value_info[:]):
         if v.type.HasField("tensor_type"):
-            names.update(d.dim_param for d in v.type.tensor_type.shape.dim if d.HasField("dim_param"))
+            names.update(d.dim_param for d in v.type.tensor_type.shape.dim[:] if d.HasField("dim_param"))
     return names
 
 
 def _clear_invented_dims(gp: onnx.GraphProto, declared: set[str]) -> None:
     """ONNX shape inference names unknown dims ``unk__<n>``; ORT's inference leaves them unnamed."""
-    for v in (*gp.input, *gp.output, *gp.value_info):
+    for v in (*gp.input[:], *gp.output[:], *gp.value_info[:]):
         if v.type.HasField("tensor_type"):
-            for d in v.type.tensor_type.shape.dim:
+            for d in v.type.tensor_type.shape.dim[:]:
                 if d.HasField("dim_param") and d.dim_param.startswith("unk__") and d.dim_param not in declared:
                     d.ClearField("dim_param")
 
@@ -656,12 +698,12 @@ def infer_types(graph: Graph) -> None:
             model.opset_import.append(onnx.helper.make_opsetid(domain, version))
         model.functions.extend(local_functions(graph).values())  # calls of them are typed through their bodies
         model.graph.CopyFrom(_resolve_graph(graph))
-        declared = _all_dim_params(model.graph)
         try:
-            inferred = _infer_shapes(model)
+            inferred, invented = _infer_shapes(model, subgraphs=next(graph.subgraphs(), None) is not None)
         except Exception:  # onnx gave up on the whole model: keep what the schemas can tell
-            inferred = model
-        _clear_invented_dims_deep(inferred.graph, declared)  # a dim ORT cannot infer stays unnamed
+            inferred, invented = model, True
+        if invented:  # a dim ORT cannot infer stays unnamed
+            _clear_invented_dims_deep(inferred.graph, _all_dim_params(model.graph))
         _store(graph, inferred.graph)
         if not _propagate_by_schema(graph):
             return
@@ -692,21 +734,33 @@ def _resolve_graph(graph: Graph) -> onnx.GraphProto:
             if value and value not in declared:
                 known = graph.value_type(value) if graph.defines(value) else None
                 if known is not None:
-                    gp.value_info.append(onnx.helper.make_value_info(value, known))
+                    entry = gp.value_info.add()  # make_value_info, without a copy on the way
+                    entry.name = value
+                    entry.type.CopyFrom(known)
                 declared.add(value)
+    gp.node.extend(_node_protos(graph, order, _resolve_graph))
+    return gp
+
+
+def _node_protos(graph: Graph, order: list[Node], subgraph: Callable[[Graph], onnx.GraphProto]) -> list[onnx.NodeProto]:
+    """The nodes as inference gets them (:meth:`Graph.node_proto`: their doc strings do not matter to it), a
+    node's subgraphs made by ``subgraph``."""
+    out = []
     for node in order:
+        if not node.subgraphs:
+            out.append(graph.node_proto(node))
+            continue
         proto = onnx.NodeProto(name=node.name, op_type=node.op_type, domain=node.domain)
         proto.input.extend(node.inputs)
         proto.output.extend(node.outputs)
         for attr_name in node.attribute_order():
-            attr = node.attributes[attr_name]
             sub = node.subgraphs.get(attr_name)
             if sub is None:
-                proto.attribute.append(attr)
+                proto.attribute.append(node.attributes[attr_name])
             else:
-                proto.attribute.append(onnx.helper.make_attribute(attr_name, _resolve_graph(sub)))
-        gp.node.append(proto)
-    return gp
+                proto.attribute.append(onnx.helper.make_attribute(attr_name, subgraph(sub)))
+        out.append(proto)
+    return out
 
 
 def _data_given(graph: Graph, name: str, tensor: onnx.TensorProto) -> bool:
@@ -720,30 +774,50 @@ def _data_given(graph: Graph, name: str, tensor: onnx.TensorProto) -> bool:
 
 
 def _store(graph: Graph, inferred: onnx.GraphProto) -> None:
-    for vi in (*inferred.input, *inferred.output, *inferred.value_info):
-        if vi.HasField("type") and type_string(vi.type) is not None:
-            graph.set_value_type(vi.name, vi.type)
+    """Give the graph's values the types ``inferred`` (a proto of the caller's own, given up: its types are kept
+    without a copy) holds, an initializer its tensor's element type, and each subgraph's values theirs."""
+    adopt = graph.adopt_value_type
+    for vi in (*inferred.input[:], *inferred.output[:], *inferred.value_info[:]):
+        if vi.HasField("type") and known_type(vi.type):
+            adopt(vi.name, vi.type)
     for name in graph.initializer_names():
         tensor = graph.initializer(name)
         if tensor is not None:
-            graph.set_value_type(name, onnx.helper.make_tensor_type_proto(tensor.data_type, None))
-    protos = list(inferred.node)
-    order = graph.topological_order()
-    if len(protos) != len(order):
+            adopt(name, _elem_only(tensor.data_type))
+    if next(graph.subgraphs(), None) is None:
         return
-    for node, proto in zip(order, protos, strict=True):
-        for attr in proto.attribute:
+    order = graph.topological_order()
+    if len(inferred.node) != len(order):
+        return
+    for position, node in enumerate(order):
+        if not node.subgraphs:
+            continue
+        for attr in inferred.node[position].attribute:
             sub = node.subgraphs.get(attr.name)
             if sub is not None and attr.HasField("g"):
                 _store(sub, attr.g)
 
 
+#: an element type's TypeProto without a shape, made once (shared: the graph's types are replaced, never edited)
+_ELEM_ONLY: dict[int, onnx.TypeProto] = {}
+
+
+def _elem_only(elem: int) -> onnx.TypeProto:
+    found = _ELEM_ONLY.get(elem)
+    if found is None:
+        found = _ELEM_ONLY[elem] = onnx.helper.make_tensor_type_proto(elem, None)
+    return found
+
+
 def _propagate_by_schema(graph: Graph) -> bool:
     """Type outputs ONNX inference left unknown from their schema; True if any new type was found."""
     found = False
+    value_type = graph.value_type
     for node in graph.topological_order():
         for sub in node.subgraphs.values():
             found = _propagate_by_schema(sub) or found
+        if all(not value or value_type(value) is not None for value in node.outputs):
+            continue  # every output typed: nothing for the schema to tell
         schema = node_schema(node)
         if schema is None or not schema.outputs:
             continue
@@ -811,16 +885,18 @@ def infer_with_data(root: Graph) -> onnx.GraphProto:
     for domain, version in sorted(root.opsets.items()):
         model.opset_import.append(onnx.helper.make_opsetid(domain, version))
     model.graph.CopyFrom(_data_graph(root))
-    declared = _all_dim_params(model.graph)
+    subgraphs = next(root.subgraphs(), None) is not None
+    declared = _all_dim_params(model.graph, subgraphs)
     given = onnx.ModelProto()
     given.CopyFrom(model)
     try:
-        inferred = _infer_shapes(given)
+        inferred, invented = _infer_shapes(given, subgraphs=subgraphs)
     except Exception:  # onnx gave up: keep the declared types
         return model.graph
     # the dim names the model declares (an unk__<n> of its value_info included) are the NodeArgs' dim_params in ORT;
     # those ONNX's inference invents here are dims ORT leaves unnamed
-    _clear_invented_dims_deep(inferred.graph, declared)
+    if invented:
+        _clear_invented_dims_deep(inferred.graph, declared)
     base = {v.name: v.type for v in (*inferred.graph.input, *inferred.graph.output, *inferred.graph.value_info)}
     merged = _propagated_as_ort(model, base, declared)
     for vi in (*inferred.graph.output, *inferred.graph.value_info):
@@ -830,11 +906,14 @@ def infer_with_data(root: Graph) -> onnx.GraphProto:
     return inferred.graph
 
 
-def _all_dim_params(gp: onnx.GraphProto) -> set[str]:
-    """Every dim_param a graph and its subgraphs declare."""
+def _all_dim_params(gp: onnx.GraphProto, subgraphs: bool = True) -> set[str]:
+    """Every dim_param a graph and its subgraphs declare (``subgraphs``: False when no node has one: the nodes are
+    not looked at)."""
     names = _dim_params(gp)
-    for node in gp.node:
-        for attr in node.attribute:
+    if not subgraphs:
+        return names
+    for node in gp.node[:]:
+        for attr in node.attribute[:]:
             for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
                 names |= _all_dim_params(sub)
     return names
@@ -842,8 +921,8 @@ def _all_dim_params(gp: onnx.GraphProto) -> set[str]:
 
 def _clear_invented_dims_deep(gp: onnx.GraphProto, declared: set[str]) -> None:
     _clear_invented_dims(gp, declared)
-    for node in gp.node:
-        for attr in node.attribute:
+    for node in gp.node[:]:
+        for attr in node.attribute[:]:
             for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
                 _clear_invented_dims_deep(sub, declared)
 
@@ -861,21 +940,11 @@ def _data_graph(graph: Graph) -> onnx.GraphProto:
             or not graph.is_constant_initializer(name)
             or not _shape_relevant(tensor)
         ):
-            if not any(i.name == name for i in graph.inputs):
+            if name not in graph.input_index():
                 gp.value_info.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
             continue
         gp.initializer.append(tensor)
-    for node in graph.topological_order():
-        proto = onnx.NodeProto(name=node.name, op_type=node.op_type, domain=node.domain)
-        proto.input.extend(node.inputs)
-        proto.output.extend(node.outputs)
-        for attr_name in node.attribute_order():
-            sub = node.subgraphs.get(attr_name)
-            if sub is None:
-                proto.attribute.append(node.attributes[attr_name])
-            else:
-                proto.attribute.append(onnx.helper.make_attribute(attr_name, _data_graph(sub)))
-        gp.node.append(proto)
+    gp.node.extend(_node_protos(graph, graph.topological_order(), _data_graph))
     return gp
 
 

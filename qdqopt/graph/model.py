@@ -139,9 +139,9 @@ def _check_external_locations(
 ) -> None:
     for tensor in graph.initializer if initializers is None else initializers:
         _check_external_location(tensor, base, path)
-    for node in graph.node:
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+    for node in graph.node[:]:
+        for attr in node.attribute[:]:
+            for sub in ([attr.g] if attr.HasField("g") else []) + attr.graphs[:]:
                 _check_external_locations(sub, base, path)
 
 
@@ -176,7 +176,9 @@ def load_model(source: str | os.PathLike[str] | onnx.ModelProto, *, inline_local
         opsets.setdefault(domain, version)
     graph = _build_graph(gp, opsets, int(header.ir_version), None, None, initializers=initializers)
     model = Model(header=header, graph=graph, opset_import=opset_import, base_dir=base)
-    model.value_types = _infer_types(_inference_model(header, gp, initializers), owned=True)
+    model.value_types = _infer_types(
+        _inference_model(header, gp, initializers), owned=True, subgraphs=_has_subgraphs(graph)
+    )
     _load_time_resolve(graph)
     if header.functions:
         from qdqopt.graph.function_inlining import check_not_recursive, set_local_functions
@@ -197,44 +199,104 @@ def _check_inputs_defined(
     node's output or, in a subgraph, a value of an enclosing graph; else the model is invalid. Checked before ONNX's
     shape inference sees the graph: some of its C++ inference functions (LabelEncoder's) read the missing input's
     type without checking it, and crash the process."""
+    nodes = gp.node[:]  # (a slice: iterating a upb container ends in an IndexError, which costs)
     known = set(outer)
     known.update(v.name for v in gp.input)
     known.update(t.name for t in (gp.initializer if initializers is None else initializers))
     known.update(s.values.name for s in gp.sparse_initializer)
-    known.update(o for n in gp.node for o in n.output if o)
-    for node in gp.node:
-        for name in node.input:
-            if name and name not in known:
-                raise ModelError(
-                    f"node {node.name!r} ({node.op_type}): input {name!r} is not a graph input, initializer, or "
-                    "output of a previous node (ORT: Invalid model)"
-                )
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                _check_inputs_defined(sub, frozenset(known))
+    reads: set[str] = set()
+    for node in nodes:
+        known.update(node.output)
+        reads.update(node.input)
+    reads.discard("")
+    # the usual case: every input defined, and only the subgraphs are left to look into; else the first undefined
+    # input, node by node, is the one reported
+    all_defined = reads <= known
+    for node in nodes:
+        if not all_defined:
+            for name in node.input:
+                if name and name not in known:
+                    raise ModelError(
+                        f"node {node.name!r} ({node.op_type}): input {name!r} is not a graph input, initializer, or "
+                        "output of a previous node (ORT: Invalid model)"
+                    )
+        for attr in node.attribute[:]:
+            if attr.HasField("g") or len(attr.graphs):
+                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    _check_inputs_defined(sub, frozenset(known))
 
 
-def _check_utf8(message: Message, where: str, path: str = "") -> None:
+def _check_utf8(message: Message, where: str) -> None:
     """Raise :class:`ModelError` on a string field (a name, an op type, a doc_string ...) that is not valid UTF-8.
 
     ONNX's strings are UTF-8; ORT's C++ keeps such a name as bytes, but protobuf's Python binding hands it over as
     ``bytes`` where every other name is a ``str``, so qdqopt cannot take the model (an attribute's string is
     ``bytes`` by type, and read with :meth:`qdqopt.graph.core.Node.attr_str`, which keeps undecodable bytes)."""
-    for descriptor, value in message.ListFields():
-        if descriptor.type == FieldDescriptor.TYPE_STRING:
-            values = value if _is_repeated(descriptor) else [value]
-            for item in values:
+    found = _find_non_utf8(message)
+    if found is None:
+        return
+    steps, item = found
+    label = ".".join(reversed(steps))
+    raise ModelError(f"{where}: {label} is not valid UTF-8 ({item[:40]!r}); ONNX strings are UTF-8")
+
+
+#: per field descriptor: whether it is a string field, a message field, repeated
+_FIELD_KINDS: dict[FieldDescriptor, tuple[bool, bool, bool]] = {}
+#: the string and message fields of a TensorProto, in field-number order (its data fields are never read: reading
+#: ``raw_data`` would copy the weight)
+_TENSOR_FIELDS = tuple(
+    d
+    for d in sorted(onnx.TensorProto.DESCRIPTOR.fields, key=lambda d: d.number)
+    if d.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE)
+)
+
+
+def _field_kind(descriptor: FieldDescriptor) -> tuple[bool, bool, bool]:
+    kind = _FIELD_KINDS.get(descriptor)
+    if kind is None:
+        kind = _FIELD_KINDS[descriptor] = (
+            descriptor.type == FieldDescriptor.TYPE_STRING,
+            descriptor.type == FieldDescriptor.TYPE_MESSAGE,
+            _is_repeated(descriptor),
+        )
+    return kind
+
+
+def _set_fields(message: Message) -> list[tuple[FieldDescriptor, object]]:
+    if isinstance(message, onnx.TensorProto):
+        out = []
+        for descriptor in _TENSOR_FIELDS:
+            if _is_repeated(descriptor):
+                value = getattr(message, descriptor.name)
+                if len(value):
+                    out.append((descriptor, value))
+            elif message.HasField(descriptor.name):
+                out.append((descriptor, getattr(message, descriptor.name)))
+        return out
+    return message.ListFields()  # type: ignore[no-any-return]
+
+
+def _find_non_utf8(message: Message) -> tuple[list[str], bytes] | None:
+    """The first string field of ``message`` (depth first, in field-number order) that is not valid UTF-8: the steps
+    to it, innermost first, and its bytes; None if there is none."""
+    for descriptor, value in _set_fields(message):
+        is_string, is_message, repeated = _field_kind(descriptor)
+        if is_string:
+            for item in value[:] if repeated else (value,):  # type: ignore[index]
                 if isinstance(item, bytes):
-                    label = f"{path}.{descriptor.name}" if path else descriptor.name
-                    raise ModelError(f"{where}: {label} is not valid UTF-8 ({item[:40]!r}); ONNX strings are UTF-8")
-        elif descriptor.type == FieldDescriptor.TYPE_MESSAGE:
-            items = value if _is_repeated(descriptor) else [value]
-            for i, item in enumerate(items):
+                    return [descriptor.name], item
+        elif is_message:
+            for i, item in enumerate(value[:] if repeated else (value,)):  # type: ignore[index]
+                found = _find_non_utf8(item)
+                if found is None:
+                    continue
                 name = getattr(item, "name", "") if descriptor.name in ("node", "initializer", "attribute") else ""
-                step = f"{descriptor.name}[{i}]" if _is_repeated(descriptor) else descriptor.name
+                step = f"{descriptor.name}[{i}]" if repeated else descriptor.name
                 if isinstance(name, str) and name:
                     step += f" {name!r}"
-                _check_utf8(item, where, f"{path}.{step}" if path else step)
+                found[0].append(step)
+                return found
+    return None
 
 
 class _NotSplittable(Exception):
@@ -483,16 +545,41 @@ def _read_exactly(handle: BinaryIO, count: int) -> bytes:
     return data
 
 
+#: (attribute count, names in proto order) -> the node attribute map ORT makes of them
+_ATTRIBUTE_MAPS: dict[tuple[object, ...], StdUnorderedMap] = {}
+
+
 def _add_proto_node(
-    graph: Graph, proto: onnx.NodeProto, domain: str, *, original: onnx.NodeProto | None = None
+    graph: Graph, proto: onnx.NodeProto, domain: str, *, original: onnx.NodeProto | None = None, loading: bool = False
 ) -> Node:
     """Add the node ``proto`` describes (its attribute protos shared: they are never edited in place), under
-    ``domain``; its subgraphs are the caller's."""
-    attrs = {a.name: a for a in proto.attribute}
-    # ORT fills a reserved map in proto order, then copies it into the node (same iteration order).
-    attr_map = StdUnorderedMap()
-    attr_map.reserve(len(proto.attribute))
-    attr_map.update(a.name for a in proto.attribute)
+    ``domain``; its subgraphs are the caller's. ``loading``: the graph is being built (:meth:`Graph.load_node`,
+    ``original`` is ``proto``)."""
+    attributes = proto.attribute[:]
+    attrs = {a.name: a for a in attributes}
+    # ORT fills a reserved map in proto order, then copies it into the node (same iteration order): one map per
+    # list of names, copied (a copy of a small map is free)
+    key = (len(attributes), *attrs)
+    template = _ATTRIBUTE_MAPS.get(key)
+    if template is None:
+        template = StdUnorderedMap(memo=True)
+        template.reserve(len(attributes))
+        template.update(attrs)
+        if len(_ATTRIBUTE_MAPS) < 4096:
+            _ATTRIBUTE_MAPS[key] = template
+    attr_map = template.copy()
+    if loading:
+        return graph.load_node(
+            proto.name,
+            proto.op_type,
+            proto.input[:],
+            proto.output[:],
+            domain,
+            attrs,
+            proto.doc_string,
+            proto,
+            attr_map,
+        )
     return graph.add_node(
         proto.name,
         proto.op_type,
@@ -520,11 +607,12 @@ def _build_graph(
     graph.ir_version = ir_version
     graph.doc_string = gp.doc_string
     graph.doc_string_present = gp.HasField("doc_string")
-    graph.inputs = [copy.deepcopy(v) for v in gp.input]
-    graph.outputs = [copy.deepcopy(v) for v in gp.output]
-    graph.value_info = [copy.deepcopy(v) for v in gp.value_info]
-    graph.sparse_initializers = [copy.deepcopy(s) for s in gp.sparse_initializer]
-    graph.metadata_props = [copy.deepcopy(p) for p in gp.metadata_props]
+    # shared with the file's proto, as the nodes and initializers are (the graph never edits them in place)
+    graph.inputs = gp.input[:]
+    graph.outputs = gp.output[:]
+    graph.value_info = gp.value_info[:]
+    graph.sparse_initializers = gp.sparse_initializer[:]
+    graph.metadata_props = gp.metadata_props[:]
     for tensor in gp.initializer if initializers is None else initializers:
         if graph.is_initializer(tensor.name):
             raise ModelError(
@@ -532,23 +620,24 @@ def _build_graph(
                 "entries with the last one's data, which qdqopt does not model"
             )
         graph.add_initializer(_normalise_initializer(tensor))
-    for node_proto in gp.node:
+    node_protos = gp.node[:]  # (a slice: iterating a upb container ends in an IndexError, which costs)
+    for node_proto in node_protos:
         if _is_constant(node_proto):
             tensor = _constant_to_tensor(node_proto)
             graph.add_initializer(_normalise_initializer(tensor))
             if ir_version < 4:
                 graph.inputs.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
     made: set[str] = set()
-    for node_proto in gp.node:
+    for node_proto in node_protos:
         if _is_constant(node_proto):
             continue
-        for out in node_proto.output:  # ORT's loader: a value is defined once, by an initializer or by one node
+        for out in node_proto.output[:]:  # ORT's loader: a value is defined once, by an initializer or by one node
             if out and (out in made or graph.is_initializer(out)):
                 raise ModelError(f"This is an invalid model. Error: Duplicate definition of name ({out}).")
             made.add(out)
         graph.original_nodes.append(node_proto)
-        node = _add_proto_node(graph, node_proto, node_proto.domain, original=node_proto)
-        for attr in node_proto.attribute:
+        node = _add_proto_node(graph, node_proto, node_proto.domain, original=node_proto, loading=True)
+        for attr in node_proto.attribute[:]:
             if attr.type == onnx.AttributeProto.GRAPH:
                 node.subgraphs[attr.name] = _build_graph(attr.g, opsets, ir_version, graph, node)
             elif attr.type == onnx.AttributeProto.GRAPHS:
@@ -557,6 +646,7 @@ def _build_graph(
                 )
         if node.subgraphs:
             graph.refresh_implicit_inputs(node)
+    graph.finish_load()
     graph.modified = False
     graph.forget_production()
     return graph
@@ -703,11 +793,17 @@ def _inference_model(
     return out
 
 
-def _infer_types(proto: onnx.ModelProto, *, owned: bool = False) -> dict[str, onnx.TypeProto]:
+def _infer_types(proto: onnx.ModelProto, *, owned: bool = False, subgraphs: bool = True) -> dict[str, onnx.TypeProto]:
     """:func:`qdqopt.graph.inference.infer_model_types` of ``proto``, with the data of the initializers it may read
     (:func:`_inference_tensor`): no weight is copied (``owned``: ``proto`` is such a copy already, made by
-    :func:`_inference_model`, and is edited)."""
-    return infer_model_types(proto if owned else _inference_model(proto, proto.graph, proto.graph.initializer))
+    :func:`_inference_model`, and is edited; ``subgraphs``: False when the model has none)."""
+    return infer_model_types(
+        proto if owned else _inference_model(proto, proto.graph, proto.graph.initializer), subgraphs=subgraphs
+    )
+
+
+def _has_subgraphs(graph: Graph) -> bool:
+    return next(graph.subgraphs(), None) is not None
 
 
 # ----------------------------------------------------------------------------------------------------------- saving
@@ -805,7 +901,11 @@ def _save_parts(model: Model) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
     known_types.update(pinned)
     # ORT's Resolve re-infers every type after the rewrites: infer on the rewritten graph (with its weights' dims,
     # not their data), then save it with those types
-    fresh = _infer_types(_current_inference_model(out, model.graph, known_types, set(pinned)), owned=True)
+    fresh = _infer_types(
+        _current_inference_model(out, model.graph, known_types, set(pinned)),
+        owned=True,
+        subgraphs=_has_subgraphs(model.graph),
+    )
     types = dict(fresh)
     exact: set[str] = set(pinned)
     g = model.graph
@@ -848,7 +948,7 @@ def infer_current_types(graph: Graph) -> dict[str, onnx.TypeProto]:
     header = onnx.ModelProto(ir_version=root.ir_version)
     for domain, version in sorted(root.opsets.items()):
         header.opset_import.append(onnx.helper.make_opsetid(domain, version))
-    return _infer_types(_current_inference_model(header, root, {}), owned=True)
+    return _infer_types(_current_inference_model(header, root, {}), owned=True, subgraphs=_has_subgraphs(root))
 
 
 def pinned_types(graph: Graph) -> dict[str, onnx.TypeProto]:
@@ -955,8 +1055,10 @@ def _fill_graph(
                 gp.value_info.append(_bare_value_info(declared[name], types, exact))
             else:
                 gp.value_info.append(_outer_value_info(graph, name, types))
-        for node in graph.topological_order():
-            gp.node.append(node_to_proto(node, types, regenerate=True, exact=exact))
+        gp.node.extend(
+            node_to_proto(node, types, regenerate=True, exact=exact) if node.subgraphs else graph.node_proto(node)
+            for node in graph.topological_order()
+        )
     if initializers:
         gp.initializer.extend(_saved_initializers(graph, regenerate=regen))
     gp.sparse_initializer.extend(graph.sparse_initializers)

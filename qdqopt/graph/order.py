@@ -8,9 +8,9 @@ is left, after all its inputs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
-__all__ = ["ort_topological_order"]
+__all__ = ["ort_order_of_adjacency", "ort_topological_order"]
 
 
 def ort_topological_order(
@@ -41,4 +41,38 @@ def ort_topological_order(
         for src in sorted(input_nodes(index)):
             if src not in visited:
                 stack.append((src, False))
+    return order
+
+
+def ort_order_of_adjacency(
+    indices: Iterable[int], pred: Mapping[int, Mapping[int, object]], succ: Mapping[int, Mapping[int, object]]
+) -> list[int]:
+    """:func:`ort_topological_order` read straight from an adjacency (``pred[i]``: the source nodes of ``i``'s input
+    edges, ``succ[i]``: the destinations of its output edges; node indices are not negative).
+
+    A source met over several input edges is pushed once: its other copies would lie below the first in the stack
+    and be popped after it was visited, so the order is the same. A node to leave is pushed as ``~index``.
+    """
+    stack = [i for i in sorted(indices) if not succ[i]]
+    visited: set[int] = set()
+    order: list[int] = []
+    push, pop, emit, seen = stack.append, stack.pop, order.append, visited.add
+    while stack:
+        index = pop()
+        if index < 0:
+            emit(~index)
+            continue
+        if index in visited:
+            continue
+        seen(index)
+        push(~index)
+        sources = pred[index]
+        if len(sources) == 1:
+            for src in sources:
+                if src not in visited:
+                    push(src)
+        elif sources:
+            for src in sorted(sources):
+                if src not in visited:
+                    push(src)
     return order

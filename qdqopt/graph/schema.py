@@ -35,6 +35,7 @@ __all__ = [
     "Schema",
     "function_key",
     "input_arg_counts",
+    "known_type",
     "local_functions",
     "lookup",
     "node_schema",
@@ -66,7 +67,12 @@ class OpSchema:
 
     def defaults(self) -> list[tuple[str, onnx.AttributeProto]]:
         """Attributes that have a default value, in the order ORT's Resolve adds them (its schema map's order)."""
-        return [(name, proto) for name, proto in self.attribute_defaults if proto is not None]
+        return list(self.default_list)
+
+    @functools.cached_property
+    def default_list(self) -> tuple[tuple[str, onnx.AttributeProto], ...]:
+        """:meth:`defaults`, made once (never edit the protos)."""
+        return tuple((name, proto) for name, proto in self.attribute_defaults if proto is not None)
 
 
 def _parse_default(raw: bytes) -> onnx.AttributeProto | None:
@@ -249,6 +255,24 @@ def type_string(type_proto: onnx.TypeProto | None) -> str | None:
     return None
 
 
+def known_type(type_proto: onnx.TypeProto) -> bool:
+    """``type_string(type_proto) is not None``, without making the string (an element type that is no
+    ``TensorProto.DataType`` raises ``ValueError`` as there)."""
+    kind = type_proto.WhichOneof("value")
+    if kind in ("tensor_type", "sparse_tensor_type"):
+        elem = getattr(type_proto, kind).elem_type
+        return bool(elem) and bool(_elem_name(elem))
+    if kind == "sequence_type":
+        return known_type(type_proto.sequence_type.elem_type)
+    if kind == "optional_type":
+        return known_type(type_proto.optional_type.elem_type)
+    if kind == "map_type":
+        key = type_proto.map_type.key_type
+        return bool(key) and known_type(type_proto.map_type.value_type) and bool(_elem_name(key))
+    return False
+
+
+@functools.cache
 def _elem_name(elem: int) -> str:
     return str(onnx.TensorProto.DataType.Name(elem)).lower()
 

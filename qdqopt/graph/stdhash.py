@@ -297,6 +297,57 @@ class _Node:
         self.nxt: _Node | None = None
 
 
+class _State:
+    """An immutable snapshot of a small map (its keys and hash codes in iteration order, bucket count and rehash
+    policy state: all that decides what it does next), with the snapshots each operation on it led to so far."""
+
+    __slots__ = ("bucket_count", "codes", "gen", "keys", "max_load_factor", "next", "next_resize")
+
+    def __init__(self, table: StdUnorderedMap) -> None:
+        keys: list[str] = []
+        codes: list[int] = []
+        node = table._before_begin.nxt
+        while node is not None:
+            assert node.key is not None
+            keys.append(node.key)
+            codes.append(node.code)
+            node = node.nxt
+        self.keys = tuple(keys)
+        self.codes = tuple(codes)
+        self.bucket_count = table._bucket_count
+        self.max_load_factor = table._policy.max_load_factor
+        self.next_resize = table._policy.next_resize
+        self.next: dict[tuple[object, ...], _State] = {}
+        self.gen = _MEMO.gen
+
+
+class _Memo:
+    """The snapshots of small maps (a map in ``memo`` mode moves from one to the next; see :class:`StdUnorderedMap`),
+    bounded: past :attr:`BUDGET` snapshots, a new generation starts and the old one is left to the maps using it."""
+
+    BUDGET = 20_000
+
+    def __init__(self) -> None:
+        self.gen = 0
+        self.count = 0
+        self.roots: dict[tuple[int, float], _State] = {}
+
+    def remember(self, state: _State, op: tuple[object, ...], result: _State) -> None:
+        if state.gen != self.gen:
+            return
+        state.next[op] = result
+        self.count += 1
+        if self.count > self.BUDGET:
+            self.gen += 1
+            self.count = 0
+            self.roots = {}
+
+
+_MEMO = _Memo()
+#: a map in ``memo`` mode keeps to snapshots up to this size, then goes on as a plain (linked) table
+_SMALL_MAX = 24
+
+
 class StdUnorderedMap:
     """Key-order model of ``std::unordered_map<std::string, T>`` (libstdc++, 64-bit).
 
@@ -305,11 +356,24 @@ class StdUnorderedMap:
 
     ``bucket_hint`` models the ``unordered_map(size_type n)`` constructor; the
     default (0) is the default constructor (one bucket, nothing allocated).
+
+    ``memo``: for the many small maps that go through the same operations (a node's attributes: the same names, in
+    the same order, for every Conv of a model), the map is kept as a shared immutable snapshot while it has at most
+    ``_SMALL_MAX`` keys, and each operation's result is remembered per snapshot, so that copying is free and an
+    operation met before costs a dict lookup. The order is the same either way.
     """
 
-    __slots__ = ("_before_begin", "_bucket_count", "_buckets", "_index", "_keys", "_policy")
+    __slots__ = ("_before_begin", "_bucket_count", "_buckets", "_index", "_keys", "_policy", "_state")
 
-    def __init__(self, bucket_hint: int = 0, max_load_factor: float = 1.0) -> None:
+    def __init__(self, bucket_hint: int = 0, max_load_factor: float = 1.0, *, memo: bool = False) -> None:
+        self._state: _State | None = None
+        if memo:
+            key = (bucket_hint, max_load_factor)
+            root = _MEMO.roots.get(key)
+            if root is None:
+                root = _MEMO.roots[key] = _State(StdUnorderedMap(bucket_hint, max_load_factor))
+            self._state = root
+            return
         self._policy = PrimeRehashPolicy(max_load_factor)
         self._before_begin = _Node(None, 0)
         self._index: dict[str, _Node] = {}
@@ -322,18 +386,68 @@ class StdUnorderedMap:
                 self._bucket_count = count
                 self._buckets = [None] * count
 
+    # -- memo mode -------------------------------------------------------
+    def _step(self, op: tuple[object, ...]) -> None:
+        """Apply ``op`` to a map in memo mode: the remembered result, else the result worked out on a linked copy
+        (which the map keeps, leaving memo mode, once it is past ``_SMALL_MAX`` keys)."""
+        state = self._state
+        assert state is not None
+        found = state.next.get(op)
+        if found is not None:
+            self._state = found
+            return
+        table = _thaw(state)
+        kind = op[0]
+        if kind == "i":
+            table.insert(op[1])  # type: ignore[arg-type]
+        elif kind == "h":
+            table.insert_hashed(op[1], op[2])  # type: ignore[arg-type]
+        elif kind == "e":
+            table.erase(op[1])  # type: ignore[arg-type]
+        elif kind == "c":
+            table.clear()
+        elif kind == "r":
+            table.rehash(op[1])  # type: ignore[arg-type]
+        else:
+            table.reserve(op[1])  # type: ignore[arg-type]
+        if len(table) > _SMALL_MAX:
+            self._state = None
+            self._policy = table._policy
+            self._before_begin = table._before_begin
+            self._index = table._index
+            self._keys = table._keys
+            self._bucket_count = table._bucket_count
+            self._buckets = table._buckets
+            return
+        found = _State(table)
+        _MEMO.remember(state, op, found)
+        self._state = found
+
     # -- observers ---------------------------------------------------------
+    def snapshot(self) -> object | None:
+        """For a map in memo mode, its current snapshot (immutable: another map, or this one later, holding the
+        very same object iterates the same keys in the same order); None for a linked table."""
+        return self._state
+
     def __len__(self) -> int:
+        if self._state is not None:
+            return len(self._state.keys)
         return len(self._index)
 
     def __contains__(self, key: object) -> bool:
+        if self._state is not None:
+            return key in self._state.keys
         return key in self._index
 
     def __iter__(self) -> Iterator[str]:
+        if self._state is not None:
+            return iter(self._state.keys)
         return iter(self._order())
 
     def keys(self) -> list[str]:
         """Keys in iteration order (``begin()`` to ``end()``)."""
+        if self._state is not None:
+            return list(self._state.keys)
         return list(self._order())
 
     def _order(self) -> list[str]:
@@ -350,15 +464,19 @@ class StdUnorderedMap:
 
     @property
     def bucket_count(self) -> int:
+        if self._state is not None:
+            return self._state.bucket_count
         return self._bucket_count
 
     @property
     def next_resize(self) -> int:
+        if self._state is not None:
+            return self._state.next_resize
         return self._policy.next_resize
 
     def bucket(self, key: str) -> int:
         """``bucket(key)``: the bucket index the key hashes to."""
-        return std_hash_string(key) % self._bucket_count
+        return std_hash_string(key) % self.bucket_count
 
     # -- modifiers ---------------------------------------------------------
     def insert(self, key: str) -> bool:
@@ -367,12 +485,24 @@ class StdUnorderedMap:
         Returns True if a node was inserted, False if the key already existed
         (in which case nothing changes).
         """
+        state = self._state
+        if state is not None:
+            if key in state.keys:
+                return False
+            self._step(("i", key))
+            return True
         if key in self._index:
             return False
         return self.insert_hashed(key, std_hash_string(key))
 
     def insert_hashed(self, key: str, code: int) -> bool:
         """Insert ``key`` with the hash ``code`` (a map whose keys hash otherwise, as :class:`StdUnorderedIndexSet`)."""
+        state = self._state
+        if state is not None:
+            if key in state.keys:
+                return False
+            self._step(("h", key, code))
+            return True
         if key in self._index:
             return False
         node = _Node(key, code)
@@ -387,11 +517,35 @@ class StdUnorderedMap:
 
     def update(self, keys: Iterable[str]) -> None:
         """``operator[]`` for each key in turn."""
+        if self._state is not None:
+            for key in keys:
+                self.insert(key)
+            return
+        # a linked table: insert_hashed's steps inlined (a NodeArg map takes thousands of names at once)
+        index, policy, hashes = self._index, self._policy, _STR_HASHES
         for key in keys:
-            self.insert(key)
+            if key in index:
+                continue
+            code = hashes.get(key)
+            if code is None:
+                code = std_hash_string(key)
+            node = _Node(key, code)
+            if len(index) + 1 > policy.next_resize:
+                do_rehash, count = policy.need_rehash(self._bucket_count, len(index), 1)
+                if do_rehash:
+                    self._rehash_unique(count)
+            self._insert_bucket_begin(code % self._bucket_count, node)
+            index[key] = node
+        self._keys = None
 
     def erase(self, key: str) -> bool:
         """``erase(key)``; returns whether the key was present."""
+        state = self._state
+        if state is not None:
+            if key not in state.keys:
+                return False
+            self._step(("e", key))
+            return True
         node = self._index.pop(key, None)
         if node is None:
             return False
@@ -422,6 +576,9 @@ class StdUnorderedMap:
 
     def clear(self) -> None:
         """``clear()``: drop all nodes, keep the bucket count and policy state."""
+        if self._state is not None:
+            self._step(("c",))
+            return
         self._index.clear()
         self._keys = []
         self._before_begin.nxt = None
@@ -429,6 +586,9 @@ class StdUnorderedMap:
 
     def rehash(self, count: int) -> None:
         """``rehash(count)``."""
+        if self._state is not None:
+            self._step(("r", count))
+            return
         saved = self._policy.next_resize
         count = max(self._policy.bkt_for_elements(len(self._index) + 1), count)
         count = self._policy.next_bkt(count)
@@ -439,11 +599,17 @@ class StdUnorderedMap:
 
     def reserve(self, n: int) -> None:
         """``reserve(n)``."""
+        if self._state is not None:
+            self._step(("v", n))
+            return
         self.rehash(self._policy.bkt_for_elements(n))
 
     def copy(self) -> StdUnorderedMap:
         """Copy construction / copy assignment: same buckets, policy and order."""
         other = StdUnorderedMap.__new__(StdUnorderedMap)
+        other._state = self._state
+        if self._state is not None:  # a snapshot is never edited: shared
+            return other
         other._policy = self._policy.copy()
         other._before_begin = _Node(None, 0)
         other._index = {}
@@ -502,6 +668,30 @@ class StdUnorderedMap:
             node = nxt
         self._buckets = new_buckets
         self._bucket_count = count
+
+
+def _thaw(state: _State) -> StdUnorderedMap:
+    """A linked (plain) map in the snapshot's state."""
+    table = StdUnorderedMap.__new__(StdUnorderedMap)
+    table._state = None
+    policy = table._policy = PrimeRehashPolicy.__new__(PrimeRehashPolicy)
+    policy.max_load_factor = state.max_load_factor
+    policy.next_resize = state.next_resize
+    table._before_begin = prev = _Node(None, 0)
+    table._index = {}
+    table._keys = list(state.keys)
+    count = table._bucket_count = state.bucket_count
+    buckets: list[_Node | None] = [None] * count
+    table._buckets = buckets
+    for key, code in zip(state.keys, state.codes, strict=True):
+        node = _Node(key, code)
+        prev.nxt = node
+        bkt = code % count
+        if buckets[bkt] is None:
+            buckets[bkt] = prev
+        table._index[key] = node
+        prev = node
+    return table
 
 
 class StdUnorderedIndexSet:

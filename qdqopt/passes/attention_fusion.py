@@ -200,7 +200,13 @@ class AttentionFusion(GraphTransformer):
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         mask_int32: dict[str, str] = {}  # mask input -> its int32 version, for this application
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._visit(graph, node, mask_int32))
+        return self.visit_in_order(
+            graph,
+            ctx,
+            graph_level,
+            lambda node: self._visit(graph, node, mask_int32),
+            ops=("MatMul", "LayerNormalization"),
+        )
 
     def _visit(self, graph: Graph, node: Node, mask_int32: dict[str, str]) -> bool:
         mobileclip = try_fuse_mobileclip_mha(graph, node, self.compatible_eps)

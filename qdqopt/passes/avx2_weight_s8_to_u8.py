@@ -87,7 +87,13 @@ class Avx2WeightS8ToU8Transformer(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider",)
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._convert(graph, node))
+        return self.visit_in_order(
+            graph,
+            ctx,
+            graph_level,
+            lambda node: self._convert(graph, node),
+            ops=("DynamicQuantizeLSTM", *S8_OVERFLOW_OPS),
+        )
 
     def _convert(self, graph: Graph, node: Node) -> bool:
         if not self.node_is_compatible(node):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -86,22 +86,40 @@ class GraphTransformer(ABC):
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         """Edit ``graph`` (and recurse into subgraphs as ORT does); return whether anything changed."""
 
-    def visit_in_order(self, graph: Graph, ctx: PassContext, graph_level: int, visit: Callable[[Node], bool]) -> bool:
+    def visit_in_order(
+        self,
+        graph: Graph,
+        ctx: PassContext,
+        graph_level: int,
+        visit: Callable[[Node], bool],
+        ops: Collection[str] | None = None,
+    ) -> bool:
         """ORT's usual ``ApplyImpl`` loop: a topological snapshot, nodes removed meanwhile skipped, each node's
-        subgraphs processed first, then ``visit(node)``; returns whether anything changed."""
+        subgraphs processed first, then ``visit(node)``; returns whether anything changed.
+
+        ``ops``: the op types ``visit`` looks at; it returns False and does nothing else (no event either) for any
+        other, which is then not visited at all (the graph's op type index gives the candidates, and the nodes with
+        subgraphs, whose subgraphs are processed whatever their op type).
+        """
         modified = False
-        live = graph.node
-        for node in graph.topological_order():
-            if live(node.index) is None:
+        live = graph.live()
+        order = graph.topological_order() if ops is None else graph.candidates_in_order(ops)
+        for node in order:
+            if node.index not in live:
                 continue
             if node.subgraphs and self.recurse(node, ctx, graph_level):
                 modified = True
-            if visit(node):
+            if (ops is None or node.op_type in ops) and visit(node):
                 modified = True
         return modified
 
     def visit_then_remove(
-        self, graph: Graph, ctx: PassContext, graph_level: int, fuse: Callable[[Node, list[Node]], None]
+        self,
+        graph: Graph,
+        ctx: PassContext,
+        graph_level: int,
+        fuse: Callable[[Node, list[Node]], None],
+        ops: Collection[str] | None = None,
     ) -> bool:
         """:meth:`visit_in_order` for the fusions that add their fused node during the visit but remove the nodes it
         replaces only after it (ORT's ``nodes_to_remove`` list: DynamicQuantizeMatMulFusion,
@@ -112,7 +130,7 @@ class GraphTransformer(ABC):
             fuse(node, to_remove)
             return False
 
-        modified = self.visit_in_order(graph, ctx, graph_level, visit)
+        modified = self.visit_in_order(graph, ctx, graph_level, visit, ops)
         for node in to_remove:
             graph.remove_node(node)
         return modified or bool(to_remove)
@@ -165,6 +183,12 @@ class RuleBasedTransformer(GraphTransformer):
         self._eps = compatible_eps
         self._by_op: dict[str, list[RewriteRule]] = {}  # the rules for an op type, in registration order
 
+    def rule_ops(self) -> frozenset[str] | None:
+        """The op types some rule targets (None: a rule targets every op)."""
+        if any(not r.op_types for r in self.rules):
+            return None
+        return frozenset(op for r in self.rules for op in r.op_types)
+
     def rules_for(self, op_type: str) -> list[RewriteRule]:
         """The rules that target ``op_type`` (or every op), in registration order."""
         found = self._by_op.get(op_type)
@@ -177,8 +201,11 @@ class RuleBasedTransformer(GraphTransformer):
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         modified = False
-        for node in graph.topological_order():
-            if graph.node(node.index) is None:
+        ops = self.rule_ops()  # a node no rule targets is only recursed into
+        order = graph.topological_order() if ops is None else graph.candidates_in_order(ops)
+        live = graph.live()
+        for node in order:
+            if node.index not in live:
                 continue
             removed = False
             if self.node_is_compatible(node):
@@ -191,11 +218,6 @@ class RuleBasedTransformer(GraphTransformer):
                     if effect is RuleEffect.REMOVED_CURRENT_NODE:
                         removed = True
                         break
-            if (
-                not removed
-                and node.subgraphs
-                and graph.node(node.index) is not None
-                and self.recurse(node, ctx, graph_level)
-            ):
+            if not removed and node.subgraphs and node.index in live and self.recurse(node, ctx, graph_level):
                 modified = True
         return modified

@@ -76,12 +76,12 @@ class BiasDropoutFusion(GraphTransformer):
     compatible_eps = ("CUDAExecutionProvider",)
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node), ops=("Add",))
 
     def _fuse(self, graph: Graph, add: Node) -> bool:
         if not is_supported_op(add, "Add", _ADD) or not self.node_is_compatible(add):
             return False
-        if len(graph.output_edges(add)) != 1 or node_produces_graph_output(graph, add):
+        if graph.output_edge_count(add) != 1 or node_produces_graph_output(graph, add):
             return False
         shapes = _shapes(graph, add)
         if shapes is None:

@@ -42,7 +42,7 @@ class BiasGeluFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider",)
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node), ops=("Add",))
 
     def _fuse(self, graph: Graph, add: Node) -> bool:
         if (

@@ -84,10 +84,12 @@ class BiasSkipLayerNormFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", "ACLExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
+        return self.visit_in_order(
+            graph, ctx, graph_level, lambda node: self._fuse(graph, node), ops=("SkipLayerNormalization",)
+        )
 
     def _accept(self, graph: Graph, sln: Node, add: Node, matmul_slot: int) -> bool:
-        if add.ep != sln.ep or len(graph.output_edges(add)) != 1 or node_produces_graph_output(graph, add):
+        if add.ep != sln.ep or graph.output_edge_count(add) != 1 or node_produces_graph_output(graph, add):
             return False
         bias = add.inputs[1 - matmul_slot]
         if not is_constant(graph, bias):

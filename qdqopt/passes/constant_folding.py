@@ -184,7 +184,7 @@ def constant_initializer(graph: Graph, name: str) -> onnx.TensorProto | None:
 
 def _all_inputs_constant(graph: Graph, node: Node) -> bool:
     """``graph_utils::AllNodeInputsAreConstant``: no input edge, every present input a constant initializer."""
-    if graph.input_edges(node):
+    if graph.input_edge_count(node):
         return False
     return all(not name or constant_initializer(graph, name) is not None for name in node.inputs)
 
@@ -382,11 +382,11 @@ def remove_nodes_with_one_output_bottom_up(graph: Graph, start: Node) -> bool:
         current = graph.node(index)
         if current is None:
             continue
-        edge_count = len(graph.output_edges(current))
+        edge_count = graph.output_edge_count(current)
         if edge_count > 1 or produces_graph_output(graph, current):
             continue
         for name in current.inputs:
-            if not name or _is_initializer_any_scope(graph, name) or name in graph.graph_input_names():
+            if not name or _is_initializer_any_scope(graph, name) or name in graph.input_index():
                 continue
             parent = graph.producer(name)
             if parent is not None:

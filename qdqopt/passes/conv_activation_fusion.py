@@ -213,7 +213,7 @@ class SingleSelectorTransformer(GraphTransformer, Generic[_Sel]):
             self.act(graph, sel)
             return True
 
-        return self.visit_in_order(graph, ctx, graph_level, visit)
+        return self.visit_in_order(graph, ctx, graph_level, visit, ops={op for _, op in self.targets})
 
 
 def safely_remove_nodes(graph: Graph, selected: list[Node]) -> None:

@@ -135,7 +135,7 @@ def _producer_ok(graph: Graph, producer: Node) -> bool:
         producer.op_type in _PRODUCERS
         and len(producer.inputs) < 4
         and "activation" not in producer.attributes
-        and len(graph.output_edges(producer)) == 1
+        and graph.output_edge_count(producer) == 1
     )
 
 

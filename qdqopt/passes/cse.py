@@ -30,14 +30,14 @@ Rules (``common_subexpression_elimination.cc``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from typing import NamedTuple
 
-import numpy as np
 import onnx
 
 from qdqopt.graph import Graph, Node
 from qdqopt.graph.core import tensor_array
-from qdqopt.graph.schema import normalize_domain
+from qdqopt.graph.schema import input_arg_counts, node_schema, normalize_domain
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.constant_folding import is_deterministic
 from qdqopt.passes.graph_utils import check_output_edges
@@ -47,8 +47,7 @@ __all__ = ["CommonSubexpressionElimination"]
 _MISSING = ""  # all missing values (inputs or outputs) share ORT's one empty-named NodeArg
 
 
-@dataclass(frozen=True)
-class _Representative:
+class _Representative(NamedTuple):
     value: str
     node_index: int
     output_index: int
@@ -152,10 +151,6 @@ def _group_inputs(graph: Graph, node: Node, inputs: list[int], class_ids: dict[o
 
 
 def _input_arg_counts(node: Node) -> list[int]:
-    try:
-        from qdqopt.kernels import input_arg_counts, node_schema
-    except ImportError:  # pragma: no cover - the kernel tables ship with the package
-        return [1] * len(node.inputs)
     schema = node_schema(node)
     if schema is None:
         return [1] * len(node.inputs)
@@ -177,9 +172,9 @@ def _attribute_value(attr: onnx.AttributeProto) -> object:
     if kind == A.STRING:
         return ("s", bytes(attr.s))
     if kind == A.FLOATS:
-        return ("fs", tuple(_float_key(f) for f in attr.floats))
+        return ("fs", tuple(_float_key(f) for f in attr.floats[:]))
     if kind == A.INTS:
-        return ("is", tuple(int(i) for i in attr.ints))
+        return ("is", tuple(attr.ints[:]))
     if kind == A.STRINGS:
         return ("ss", tuple(bytes(s) for s in attr.strings))
     if kind == A.TENSOR:
@@ -197,7 +192,7 @@ def _attribute_value(attr: onnx.AttributeProto) -> object:
 
 def _float_key(value: float) -> object:
     """Floats compare with ``==``: NaN equals nothing, +0 equals -0."""
-    if np.isnan(value):
+    if math.isnan(value):  # (not np.isnan: a numpy call per float)
         return _Never()
     return value + 0.0
 
@@ -220,7 +215,7 @@ def _replace_downstream(graph: Graph, node: Node, output_index: int, replacement
 
 def _rename_in_subgraph(graph: Graph, old: str, new: str) -> None:
     """``UpdateImplicitInputNameInSubgraph``: an outer-scope name read by a subgraph (and its own subgraphs)."""
-    if graph.producer(old) is not None or graph.is_initializer(old) or old in graph.graph_input_names():
+    if graph.producer(old) is not None or graph.is_initializer(old) or old in graph.input_index():
         return
     for node in graph.nodes():
         for slot, name in enumerate(list(node.inputs)):

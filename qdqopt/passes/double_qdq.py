@@ -117,7 +117,7 @@ class DoubleQDQPairsRemover(GraphTransformer):
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         modified = False
-        for node in graph.topological_order():
+        for node in graph.candidates_in_order(("QuantizeLinear",)):  # _try_reduce starts from a Q
             if graph.node(node.index) is not None and _try_reduce(graph, node):
                 modified = True
         return modified
@@ -136,7 +136,7 @@ def _try_reduce(graph: Graph, q1: Node) -> bool:
     dq1 = _single_consumer(graph, q1)
     if dq1 is None or dq1.op_type != "DequantizeLinear":
         return False
-    if len(graph.input_edges(dq1)) != 1 or produces_graph_output(graph, dq1):
+    if graph.input_edge_count(dq1) != 1 or produces_graph_output(graph, dq1):
         return False
     q2 = _single_consumer(graph, dq1)
     if q2 is None:

@@ -41,7 +41,9 @@ class DynamicQuantizeMatMulFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", "ACLExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_then_remove(graph, ctx, graph_level, lambda node, out: self._try_fuse(graph, node, out))
+        return self.visit_then_remove(
+            graph, ctx, graph_level, lambda node, out: self._try_fuse(graph, node, out), ops=("MatMulIntegerToFloat",)
+        )
 
     def _try_fuse(self, graph: Graph, mtf: Node, to_remove: list[Node]) -> None:
         if (

@@ -352,7 +352,9 @@ class EmbedLayerNormFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", "ACLExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._visit(graph, node))
+        return self.visit_in_order(
+            graph, ctx, graph_level, lambda node: self._visit(graph, node), ops=("LayerNormalization",)
+        )
 
     def _visit(self, graph: Graph, ln: Node) -> bool:
         if not is_supported_op(ln, "LayerNormalization", (1, 17)) or not self.node_is_compatible(ln):

@@ -39,7 +39,11 @@ class EnsureUniqueDQForNodeUnit(GraphTransformer):
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         return self.visit_in_order(
-            graph, ctx, graph_level, lambda node: is_dq(node) and self._ensure_unique(graph, node)
+            graph,
+            ctx,
+            graph_level,
+            lambda node: is_dq(node) and self._ensure_unique(graph, node),
+            ops=("DequantizeLinear",),
         )
 
     @staticmethod

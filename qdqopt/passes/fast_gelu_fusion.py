@@ -82,7 +82,7 @@ class FastGeluFusion(GraphTransformer):
     compatible_eps = (CPU,)
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node), ops=("Mul", "Pow"))
 
     # ------------------------------------------------------------------ checks
     @staticmethod

@@ -52,7 +52,7 @@ def _candidates(graph: Graph) -> list[Node]:
     for node in graph.topological_order():
         if node.op_type != "Cast" or input_edge_count(graph, node) != 0:
             continue
-        if len(graph.output_edges(node)) != 1 or node_produces_graph_output(graph, node):
+        if graph.output_edge_count(node) != 1 or node_produces_graph_output(graph, node):
             continue
         if not node.inputs or graph.constant_initializer(node.inputs[0]) is None:
             continue

@@ -167,7 +167,7 @@ class GatherSliceToSplitFusion(GraphTransformer):
                 candidates.append(name)
 
         def collect(node: Node) -> bool:  # a scan only: subgraphs are fused by the recursion, this graph below
-            if node.op_type != "Shape" and len(node.outputs) == 1 and len(graph.output_edges(node)) > 1:
+            if node.op_type != "Shape" and len(node.outputs) == 1 and graph.output_edge_count(node) > 1:
                 candidates.append(node.outputs[0])
             return False
 

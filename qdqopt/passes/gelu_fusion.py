@@ -75,7 +75,7 @@ class GeluFusion(GraphTransformer):
         if (self.level == 1) != onnx_gelu:  # L1 fuses only into ONNX's Gelu, L2 only below opset 20
             return False
         domain = "" if onnx_gelu else MS_DOMAIN
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node, domain))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node, domain), ops=("Div",))
 
     def _fuse(self, graph: Graph, div: Node, domain: str) -> bool:
         if (

@@ -70,7 +70,7 @@ class GemmActivationFusion(GraphTransformer):
     compatible_eps = (CPU,)
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._try_fuse(graph, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._try_fuse(graph, node), ops=("Gemm",))
 
     def _try_fuse(self, graph: Graph, gemm: Node) -> bool:
         if (

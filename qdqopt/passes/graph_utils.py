@@ -140,12 +140,12 @@ def initializer_map_order(graph: Graph) -> list[str]:
 # ------------------------------------------------------------------------------------------------------ edges
 def input_edge_count(graph: Graph, node: Node) -> int:
     """``Node::GetInputEdgesCount`` (implicit-input edges included)."""
-    return len(graph.input_edges(node))
+    return graph.input_edge_count(node)
 
 
 def output_edge_count(graph: Graph, node: Node) -> int:
     """``Node::GetOutputEdgesCount``."""
-    return len(graph.output_edges(node))
+    return graph.output_edge_count(node)
 
 
 def output_nodes(graph: Graph, node: Node) -> list[Node]:
@@ -200,11 +200,9 @@ produces_graph_output = node_produces_graph_output
 def check_output_edges(graph: Graph, node: Node, expected: int) -> bool:
     """``optimizer_utils::CheckOutputEdges``: no graph output, exactly ``expected`` output edges, and none into a
     subgraph (an edge to an implicit input: ORT will not fuse part of a subgraph's reads)."""
-    if node_produces_graph_output(graph, node):
+    if node_produces_graph_output(graph, node) or graph.output_edge_count(node) != expected:
         return False
     edges = graph.output_edges(node)
-    if len(edges) != expected:
-        return False
     for edge in edges:
         consumer = graph.node(edge.dst)
         if consumer is None or edge.dst_slot >= len(consumer.inputs):
@@ -496,7 +494,7 @@ def fusable_activation(graph: Graph, node: Node, is_fusable: Callable[[Node], bo
     """The activation a ``node -> activation`` fusion (GemmActivationFusion, MatMulActivationFusion) takes: the
     consumer of ``node``'s one output edge, if ``is_fusable`` (the pass's ``IsFusableActivation``) accepts it, it is
     on ``node``'s EP and ``node`` produces no graph output; else None."""
-    if len(graph.output_edges(node)) != 1:
+    if graph.output_edge_count(node) != 1:
         return None
     act = output_nodes(graph, node)[0]
     if not is_fusable(act) or act.ep != node.ep or node_produces_graph_output(graph, node):

@@ -147,7 +147,9 @@ class GroupQueryAttentionFusion(GraphTransformer):
     compatible_eps = ("CUDAExecutionProvider",)
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
+        return self.visit_in_order(
+            graph, ctx, graph_level, lambda node: self._fuse(graph, node), ops=("GroupQueryAttention",)
+        )
 
     def _fuse(self, graph: Graph, gqa: Node) -> bool:
         if not is_supported_op(gqa, "GroupQueryAttention", (1,), MS_DOMAIN):

@@ -134,7 +134,9 @@ class GroupQueryAttentionPreNormFusion(GraphTransformer):
     compatible_eps = ("CUDAExecutionProvider", "WebGpuExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
+        return self.visit_in_order(
+            graph, ctx, graph_level, lambda node: self._fuse(graph, node), ops=("GroupQueryAttention",)
+        )
 
     def _refuse(self, gqa: Node) -> NoMatch | None:
         if _has_input(gqa, 14) or _has_input(gqa, 15):

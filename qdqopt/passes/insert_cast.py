@@ -91,7 +91,7 @@ def _bind(graph: Graph, value: str, type_str: str, types: dict[str, str], fp16_s
 
 def _is_isolated_fp16_node_on_cpu(graph: Graph, node: Node) -> bool:
     """``IsIsolatedFp16NodeOnCpu``: a CPU fp16 node whose fp16 neighbours all need casts and that has an fp32 kernel."""
-    if not graph.input_edges(node) or node.subgraphs or _produces_graph_output(graph, node) or node.ep != CPU:
+    if not graph.input_edge_count(node) or node.subgraphs or _produces_graph_output(graph, node) or node.ep != CPU:
         return False
     schema = node_schema(node)
     if schema is None:
@@ -205,7 +205,7 @@ def _has_untyped_value(graph: Graph) -> bool:
 def _add_cast_node(graph: Graph, old: str, *, new_on_input: bool, to: int) -> str:
     """``AddCastNode``: a CPU Cast between ``old`` and a new fp32 arg named like the node; returns the new arg."""
     name = graph.generate_node_name(PREFIX + old)
-    if graph.producer(name) is not None or graph.is_initializer(name) or name in graph.graph_input_names():
+    if graph.producer(name) is not None or graph.is_initializer(name) or name in graph.input_index():
         raise ModelError(
             f"Duplicate definition of name ({name}): InsertCastTransformer names a new tensor after its Cast node, "
             "and the model already has a tensor of that name"

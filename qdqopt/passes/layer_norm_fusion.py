@@ -209,12 +209,12 @@ class LayerNormFusion(GraphTransformer):
         fuse_in_level_1 = opset is not None and opset >= 17
         if (self.level == 1) != fuse_in_level_1:
             return False
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node), ops=("ReduceMean",))
 
     def _fuse(self, graph: Graph, rm1: Node) -> bool:
         if not is_supported_op(rm1, "ReduceMean", REDUCE_MEAN) or not self.node_is_compatible(rm1):
             return False
-        if len(graph.output_edges(rm1)) not in (1, 2) or node_produces_graph_output(graph, rm1):
+        if graph.output_edge_count(rm1) not in (1, 2) or node_produces_graph_output(graph, rm1):
             return False
         if not supported_data_type(graph, rm1, 1):
             return False
@@ -290,7 +290,7 @@ class LayerNormFusion(GraphTransformer):
             remove.insert(0, leading)
             has_leading_cast = True
         cast1: Node | None = None
-        if dup is None and len(graph.output_edges(sub)) == 1:
+        if dup is None and graph.output_edge_count(sub) == 1:
             cand = output_nodes(graph, sub)[0]
             if (
                 is_supported_op(cand, "Cast", CAST)
@@ -419,7 +419,7 @@ class SimplifiedLayerNormFusion(GraphTransformer):
     compatible_eps = (_CPU, "CUDAExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node), ops=("Pow",))
 
     def _fuse(self, graph: Graph, pow_node: Node) -> bool:
         if not is_supported_op(pow_node, "Pow", POW) or not self.node_is_compatible(pow_node):

@@ -44,7 +44,7 @@ class MatMulActivationFusion(GraphTransformer):
     compatible_eps = ("DmlExecutionProvider",)
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node), ops=("FusedMatMul",))
 
     def _fuse(self, graph: Graph, matmul: Node) -> bool:
         if not is_supported_op(matmul, "FusedMatMul", (1,), MS_DOMAIN) or not self.node_is_compatible(matmul):

@@ -87,7 +87,11 @@ class MatMulAddFusion(GraphTransformer):
         level2 = ctx.partitioned
         cache = _AttentionPatternCache()
         return self.visit_in_order(
-            graph, ctx, graph_level, lambda node: _try_fuse(graph, node, cache, preserve_attention=not level2)
+            graph,
+            ctx,
+            graph_level,
+            lambda node: _try_fuse(graph, node, cache, preserve_attention=not level2),
+            ops=("MatMul",),
         )
 
 

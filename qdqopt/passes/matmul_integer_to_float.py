@@ -66,7 +66,9 @@ class MatMulIntegerToFloatFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", _DML, "ACLExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_then_remove(graph, ctx, graph_level, lambda node, out: self._try_fuse(graph, node, out))
+        return self.visit_then_remove(
+            graph, ctx, graph_level, lambda node, out: self._try_fuse(graph, node, out), ops=("Mul",)
+        )
 
     def _try_fuse(self, graph: Graph, mul: Node, to_remove: list[Node]) -> None:
         is_dml = mul.ep == _DML

@@ -38,7 +38,7 @@ class MatMulNBitsFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", "CUDAExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._match(graph, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._match(graph, node), ops=("MatMulNBits",))
 
     def _match(self, graph: Graph, node: Node) -> bool:
         if not self.node_is_compatible(node):

@@ -75,6 +75,10 @@ class _Merge:
     fused_slot: int
 
 
+#: the op types MatMulScaleFusion starts from
+_MATMULS = ("MatMul", "FusedMatMul")
+
+
 class MatMulScaleFusion(GraphTransformer):
     """Fold scalar Mul/Div before or after a MatMul into a FusedMatMul's ``alpha``."""
 
@@ -82,7 +86,7 @@ class MatMulScaleFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", "ACLExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._process(graph, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._process(graph, node), ops=_MATMULS)
 
     def _process(self, graph: Graph, node: Node) -> bool:
         if not self.node_is_compatible(node):

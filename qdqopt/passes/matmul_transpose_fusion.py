@@ -228,7 +228,9 @@ class MatmulTransposeFusion(GraphTransformer):
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         producers, consumers = _snapshot(graph)
         state = _State(graph, producers, consumers)
-        modified = self.visit_in_order(graph, ctx, graph_level, lambda node: self._process(state, node))
+        modified = self.visit_in_order(
+            graph, ctx, graph_level, lambda node: self._process(state, node), ops=("MatMul", "FusedMatMul")
+        )
         for index in state.removed:
             dead = graph.node(index)
             if dead is not None:

@@ -33,7 +33,7 @@ __all__ = ["QDQFinalCleanupTransformer", "second_is_removable"]
 def second_is_removable(graph: Graph, second: Node) -> bool:
     """S feeds exactly one consumer and no graph output, or only a graph output: a Q whose output is read twice (a
     kept Relu's Q, once the Relu is gone, read by a graph output's DQ and the next unit's DQ) keeps its pair."""
-    return len(graph.output_edges(second)) == (0 if node_produces_graph_output(graph, second) else 1)
+    return graph.output_edge_count(second) == (0 if node_produces_graph_output(graph, second) else 1)
 
 
 def _clean_up(graph: Graph, first: Node, *, dq_q: bool) -> bool:
@@ -105,4 +105,4 @@ class QDQFinalCleanupTransformer(GraphTransformer):
                 changed = True
             return changed
 
-        return self.visit_in_order(graph, ctx, graph_level, visit)
+        return self.visit_in_order(graph, ctx, graph_level, visit, ops=("DequantizeLinear", "QuantizeLinear"))

@@ -116,7 +116,7 @@ def _edge_from_input_or_initializer(graph: Graph, node: Node, slot: int) -> _Edg
     """``TryCreateFromInputOrInitializerToNode``: only a value listed as a graph input qualifies (an initializer only
     when the model lists it as an input too, i.e. ``IsInputsIncludingInitializers``)."""
     value = node.inputs[slot] if slot < len(node.inputs) else ""
-    if value and value in graph.graph_input_names():
+    if value and value in graph.input_index():
         return _Edge(None, (node.index, slot), value)
     return None
 
@@ -281,7 +281,7 @@ def _propagate_dq_forward(graph: Graph, order: list[int], transformer: GraphTran
         dq = graph.node(index)
         if dq is None or not is_dq(dq) or not transformer.node_is_compatible(dq):
             continue
-        if any(graph.is_graph_output(v) for v in dq.outputs if v) or len(graph.output_edges(dq)) != 1:
+        if any(graph.is_graph_output(v) for v in dq.outputs if v) or graph.output_edge_count(dq) != 1:
             continue
         params = _scale_and_zero_point(graph, dq)
         if params is None or _has_constant_data_input(graph, dq):

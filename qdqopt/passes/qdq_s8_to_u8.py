@@ -68,7 +68,7 @@ class QDQS8ToU8Transformer(GraphTransformer):
                 return is_dq(dq) and self._convert_pair(graph, node, dq)
             return weights_to_u8 and is_dq(node) and self._convert_weight(graph, node)
 
-        return self.visit_in_order(graph, ctx, graph_level, visit)
+        return self.visit_in_order(graph, ctx, graph_level, visit, ops=("QuantizeLinear", "DequantizeLinear"))
 
     @staticmethod
     def _convert_pair(graph: Graph, q: Node, dq: Node) -> bool:

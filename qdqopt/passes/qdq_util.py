@@ -96,7 +96,9 @@ def is_scalar_arg(graph: Graph, name: str) -> bool:
     """
     owner = graph.initializer_owner(name)
     tensor = owner.initializer(name) if owner is not None else None
-    if tensor is not None and not any(vi.name == name and vi.HasField("type") for vi in graph.inputs):
+    if tensor is not None and (
+        name not in graph.input_index() or not any(vi.name == name and vi.HasField("type") for vi in graph.inputs)
+    ):
         return len(tensor.dims) == 0 or list(tensor.dims) == [1]
     shape = graph.shape(name)
     if shape is None:

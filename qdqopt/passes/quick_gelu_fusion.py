@@ -46,7 +46,9 @@ class QuickGeluFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider",)
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
+        return self.visit_in_order(
+            graph, ctx, graph_level, lambda node: self._fuse(graph, node), ops=("Mul", "Sigmoid")
+        )
 
     def _alpha(self, graph: Graph, node: Node) -> tuple[int, np.float32] | None:
         """The slot and value of the Mul's scalar floating-point constant, if it has one."""

@@ -122,7 +122,7 @@ class ReshapeFusion(GraphTransformer):
     name = "ReshapeFusion"
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._visit(graph, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._visit(graph, node), ops=("Reshape",))
 
     def _visit(self, graph: Graph, node: Node) -> bool:
         if not is_supported_op(node, "Reshape", (5, 13, 14, 19, 21, 23, 24, 25)):
@@ -318,7 +318,7 @@ class ReshapeFusion(GraphTransformer):
             return False
         starts: list[int] = []
         ends: list[int] = []
-        if len(graph.input_edges(slice_node)) >= 3:
+        if graph.input_edge_count(slice_node) >= 3:
             _append_initializer(graph, slice_node.inputs[1], starts)
             _append_initializer(graph, slice_node.inputs[2], ends)
         else:  # ORT reads the Slice-1 attributes here, whatever the Slice version

@@ -90,7 +90,7 @@ def _supported(graph: Graph, node: Node) -> bool:
 
 def _first_add_ok(graph: Graph, add: Node, ep: str) -> bool:
     """``CheckFirstAdd``: two 3-D inputs with matching dims."""
-    if add.ep != ep or not _supported(graph, add) or len(graph.output_edges(add)) != 1:
+    if add.ep != ep or not _supported(graph, add) or graph.output_edge_count(add) != 1:
         return False
     # dim_param names compared as written (ONNX's unk__<n> names included)
     a, b = graph.shape(add.inputs[0], as_written=True), graph.shape(add.inputs[1], as_written=True)
@@ -106,7 +106,7 @@ def _first_add_ok(graph: Graph, add: Node, ep: str) -> bool:
 
 def _bias_add_ok(graph: Graph, add: Node, ep: str) -> bool:
     """``CheckSecondAdd``: input 1 a constant ``[C]``, input 0 of rank 3 ending in ``C``."""
-    if add.ep != ep or not _supported(graph, add) or len(graph.output_edges(add)) != 1:
+    if add.ep != ep or not _supported(graph, add) or graph.output_edge_count(add) != 1:
         return False
     if not is_constant(graph, add.inputs[1]):
         return False
@@ -123,7 +123,9 @@ class SkipLayerNormFusion(GraphTransformer):
     compatible_eps = ("CPUExecutionProvider", "ACLExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider")
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
+        return self.visit_in_order(
+            graph, ctx, graph_level, lambda node: self._fuse(graph, node), ops=("LayerNormalization",)
+        )
 
     def _match(self, graph: Graph, ln: Node) -> tuple[int, Node, Node | None] | None:
         for fmt, path in enumerate(FORMATS, start=1):

@@ -68,7 +68,7 @@ class SwiGluFusion(GraphTransformer):
     compatible_eps = ("CUDAExecutionProvider",)
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
-        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node))
+        return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node), ops=("Mul",))
 
     def _gate(self, graph: Graph, mul: Node) -> tuple[int, Node] | None:
         for slot in (0, 1):

@@ -69,7 +69,7 @@ class _TransposeOptimizerBase(GraphTransformer):
         """``ApplyImpl``: ``Optimize`` on ``graph``, then on every subgraph, nodes in topological order (each graph
         with its own context and its own ``_token_N`` counter, as ORT's per-graph name generators)."""
         ctx, changed = self._optimize(graph)
-        for node in graph.topological_order():
+        for node in graph.candidates_in_order(()):  # the nodes with subgraphs
             for sub in node.subgraphs.values():
                 if self._run(sub)[1]:
                     sub.modified = True

@@ -69,7 +69,11 @@ class WeightBiasQuantization(GraphTransformer):
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         return self.visit_in_order(
-            graph, ctx, graph_level, lambda node: node.op_type in TARGETS and _rewrite(graph, node)
+            graph,
+            ctx,
+            graph_level,
+            lambda node: node.op_type in TARGETS and _rewrite(graph, node),
+            ops=TARGETS,
         )
 
 

@@ -57,7 +57,11 @@ class WhereDummyDq(GraphTransformer):
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         return self.visit_in_order(
-            graph, ctx, graph_level, lambda node: _satisfies(graph, node) and _insert_dummy_dq(graph, node)
+            graph,
+            ctx,
+            graph_level,
+            lambda node: _satisfies(graph, node) and _insert_dummy_dq(graph, node),
+            ops=("Where",),
         )
 
 

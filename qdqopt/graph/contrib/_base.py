@@ -89,23 +89,24 @@ class Node:
     def __init__(self, ctx: onnx.shape_inference.InferenceContext) -> None:
         self.ctx = ctx
         self.outputs: dict[int, Inferred] = {}
+        # what the context answered (each answer crosses from C++ as a new proto; the inputs do not change while
+        # an inference function runs): input types by index, attributes by name
+        self._input_types: dict[int, onnx.TypeProto | None] = {}
+        self._attributes: dict[str, onnx.AttributeProto | None] = {}
+        self.num_inputs = int(ctx.get_num_inputs())
+        self.num_outputs = int(ctx.get_num_outputs())
 
     # --------------------------------------------------------------------------------------------- inputs
-    @property
-    def num_inputs(self) -> int:
-        return int(self.ctx.get_num_inputs())
-
-    @property
-    def num_outputs(self) -> int:
-        return int(self.ctx.get_num_outputs())
-
     def input_type(self, index: int) -> onnx.TypeProto | None:
         """``ctx.getInputType(index)``: None for an index past the inputs, an absent optional input, or no type."""
-        if index >= self.num_inputs or not self.ctx.has_input(index):
-            return None
-        found: onnx.TypeProto | None = self.ctx.get_input_type(index)
-        if found is None or found.WhichOneof("value") is None:
-            return None
+        if index in self._input_types:
+            return self._input_types[index]
+        found: onnx.TypeProto | None = None
+        if index < self.num_inputs and self.ctx.has_input(index):
+            found = self.ctx.get_input_type(index)
+            if found is not None and found.WhichOneof("value") is None:
+                found = None
+        self._input_types[index] = found
         return found
 
     def elem(self, index: int) -> int:
@@ -134,7 +135,10 @@ class Node:
 
     # ----------------------------------------------------------------------------------------- attributes
     def attr(self, name: str) -> onnx.AttributeProto | None:
+        if name in self._attributes:
+            return self._attributes[name]
         found: onnx.AttributeProto | None = self.ctx.get_attribute(name)
+        self._attributes[name] = found
         return found
 
     def attr_int(self, name: str, default: int) -> int:

@@ -190,7 +190,7 @@ def redundant_clip_candidate(graph: Graph, node: Node) -> Node | None:
     consumer = graph.node(edges[0].dst)
     if consumer is None or consumer.op_type not in ("Relu", "Clip"):
         return None
-    if len(graph.output_edges(consumer)) != 1 or produces_graph_output(graph, consumer):
+    if graph.output_edge_count(consumer) != 1 or produces_graph_output(graph, consumer):
         return None
     return consumer
 
@@ -312,8 +312,8 @@ class NodeGroupSelector:
         if not qs:
             return None if empty_q_allowed else NoMatch("the output is not consumed by a QuantizeLinear")
         n_out = sum(1 for v in node.outputs if v)
-        if n_out != len(qs) or len(qs) != len(graph.output_edges(node)):
-            edges = len(graph.output_edges(node))
+        if n_out != len(qs) or len(qs) != graph.output_edge_count(node):
+            edges = graph.output_edge_count(node)
             return NoMatch(f"{len(qs)} QuantizeLinear consumer(s) for {n_out} output(s) and {edges} output edge(s)")
         if produces_graph_output(graph, node):
             return NoMatch("the target produces a graph output")
@@ -579,9 +579,9 @@ def _conv_bias_reason(graph: Graph, dqs: list[Node]) -> str | None:
         return "bias scale check: scale lengths differ"
     if not (np.isfinite(xs).all() and np.isfinite(ws).all() and np.isfinite(bs).all()):
         return "bias scale check: non-finite scale"
-    n = max(wn, bn)
-    wv = np.broadcast_to(ws.reshape(-1), (n,)) if wn == 1 else ws.reshape(-1)
-    bv = np.broadcast_to(bs.reshape(-1), (n,)) if bn == 1 else bs.reshape(-1)
+    # (wn,) and (bn,) broadcast to (max(wn, bn),): one of them is 1 or they are equal
+    wv = ws.reshape(-1)
+    bv = bs.reshape(-1)
     xw = np.float32(xs.reshape(-1)[0]) * wv.astype(np.float32)
     if (np.abs(bv - xw) > np.float32(1e-6) + np.float32(1e-2) * np.abs(xw)).any():
         return "bias scale is not x_scale * w_scale"
@@ -773,7 +773,7 @@ class DQMatMulNBitsSelector(NodeGroupSelector):
                 "(measured, knownx/fz_nbits_fp16_*)",
                 (weight.name,),
             )
-        if len(graph.output_edges(weight)) != 1 or produces_graph_output(graph, weight):
+        if graph.output_edge_count(weight) != 1 or produces_graph_output(graph, weight):
             return NoMatch(
                 "the weight DQ does not have exactly one output edge (or produces a graph output)", (weight.name,)
             )

@@ -63,7 +63,7 @@ class ApiGraph:
         if not name:
             return UNTYPED
         tensor = self.graph.initializer(name)
-        if tensor is not None and not any(i.name == name for i in self.graph.inputs):
+        if tensor is not None and name not in self.graph.input_index():
             return int(tensor.data_type), [int(d) for d in tensor.dims]
         if name in self.types:
             return self.types[name]
@@ -213,10 +213,8 @@ class ApiGraph:
         outputs = [self.generate_value_name(f"{name}_out{i}") for i in range(len(source.outputs))]
         for out in outputs:
             self.types[out] = UNTYPED
-        attributes: dict[str, onnx.AttributeProto] = {}
-        for key in source.attribute_order():
-            attributes[key] = onnx.AttributeProto()
-            attributes[key].CopyFrom(source.attributes[key])
+        # the source's attribute protos themselves (never edited in place: a change replaces the proto)
+        attributes = {key: source.attributes[key] for key in source.attribute_order()}
         return self.graph.add_node(
             name,
             op_type,
@@ -230,7 +228,7 @@ class ApiGraph:
 
     def set_attr(self, node: Node, name: str, value: int | list[int]) -> None:
         self._edit()
-        self.graph.set_attribute(node, onnx.helper.make_attribute(name, value))
+        self.graph.set_attribute(node, _int_attribute(name, value))
 
     def set_input(self, node: Node, slot: int, value: str) -> None:
         self._edit()
@@ -300,3 +298,12 @@ def _refined(found: NodeArgType, inferred: onnx.TypeProto | None) -> NodeArgType
     if len(dims) != len(new):
         return found
     return elem, [d if d is not None else n for d, n in zip(dims, new, strict=True)]
+
+
+def _int_attribute(name: str, value: int | list[int]) -> onnx.AttributeProto:
+    """``onnx.helper.make_attribute(name, value)`` for an int or a non-empty list of ints, made directly."""
+    if isinstance(value, int):
+        return onnx.AttributeProto(name=name, type=onnx.AttributeProto.INT, i=int(value))
+    if type(value) is list and value and all(type(v) is int for v in value):  # (make_attribute refuses a bool)
+        return onnx.AttributeProto(name=name, type=onnx.AttributeProto.INTS, ints=value)
+    return onnx.helper.make_attribute(name, value)
