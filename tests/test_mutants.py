@@ -313,3 +313,19 @@ def test_input_nobody_defines_is_refused_before_shape_inference(command: str, in
     outcome = run_cli(_mutant(_label_encoder_reading_nothing(in_subgraph)), command, "disable_all")
     assert outcome.ok and outcome.returncode == 2, (outcome.verdict, outcome.stderr[-400:])
     assert "'le' (LabelEncoder): input 'nowhere' is not a graph input, initializer, or output" in outcome.stderr
+
+
+def test_every_door_to_onnx_inference_guards_negative_dims() -> None:
+    """The report's drawings and the fuzzer's shrinker call ONNX's inference through
+    :func:`qdqopt.graph.inference.infer_shapes` too (a direct ``onnx.shape_inference`` call aborted the process on
+    a negative dim before a Slice); the model handed over is left as it was."""
+    from qdqopt.graph import inference
+
+    model = _slice_model(-3)
+    before = model.SerializeToString()
+    inferred = inference.infer_shapes(model)
+    assert model.SerializeToString() == before
+    assert not inferred.graph.input[0].type.tensor_type.shape.dim[0].HasField("dim_value")
+    root = Path(__file__).resolve().parents[1] / "qdqopt"
+    direct = [p.name for p in root.rglob("*.py") if "shape_inference.infer_shapes(" in p.read_text()]
+    assert not direct, direct

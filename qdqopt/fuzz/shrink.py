@@ -20,6 +20,7 @@ import onnx
 
 from qdqopt.fuzz.runner import Finding, Worker, run_case
 from qdqopt.fuzz.worker import normalize
+from qdqopt.graph.inference import infer_shapes
 
 __all__ = ["candidates", "prune", "shrink_model"]
 
@@ -75,7 +76,7 @@ def _types(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
     """The inferred types of the main graph's values, without the dim names ONNX invents (``unk__<n>``): a cut must
     not declare a name the model never had (it would change what ORT's inference unifies)."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
+        inferred = infer_shapes(model)
     except Exception:
         return {}
     out = {vi.name: vi for vi in inferred.graph.value_info}

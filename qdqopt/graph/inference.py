@@ -104,6 +104,15 @@ def _without_negative_dims(gp: onnx.GraphProto, subgraphs: bool = True) -> None:
 _NEGATIVE_VARINT = re.compile(rb"\x08[\x80-\xff]{9}\x01")
 
 
+def infer_shapes(model: onnx.ModelProto, *, data_prop: bool = False) -> onnx.ModelProto:
+    """ONNX's shape inference as qdqopt runs it everywhere (the report's drawings and the fuzzer's shrinker too): on
+    a copy whose negative dims are made unknown first, so that the assertions of ONNX's C++ cannot abort the process
+    (:func:`_infer_shapes`); ``model`` is not changed."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return _infer_shapes(copy, data_prop=data_prop)[0]
+
+
 def _infer_shapes(
     model: onnx.ModelProto, *, data_prop: bool = False, subgraphs: bool = True
 ) -> tuple[onnx.ModelProto, bool]:

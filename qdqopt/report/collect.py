@@ -27,6 +27,7 @@ import onnx
 
 from qdqopt import events
 from qdqopt.graph import Changes, Graph
+from qdqopt.graph.inference import infer_shapes
 from qdqopt.graph.schema import normalize_domain
 
 __all__ = ["Application", "Collector", "Piece", "Region", "RegionEdge", "RegionNode", "Skeleton"]
@@ -289,7 +290,7 @@ class TypeMap:
             gp, opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in sorted(self._opsets.items())]
         )
         try:
-            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+            inferred = infer_shapes(model)
         except Exception:  # ONNX gave up on the region: its values stay untyped on the drawings
             return
         for vi in (*inferred.graph.value_info, *inferred.graph.output):
