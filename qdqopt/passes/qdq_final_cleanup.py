@@ -22,6 +22,7 @@ first as DQ→Q, then (flag set) as Q→DQ:
 
 from __future__ import annotations
 
+from qdqopt.errors import ModelError
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import node_produces_graph_output
@@ -65,6 +66,14 @@ def _clean_up(graph: Graph, first: Node, *, dq_q: bool) -> bool:
             for edge in graph.output_edges(second):
                 consumer = graph.node(edge.dst)
                 assert consumer is not None
+                if edge.dst_slot >= len(consumer.inputs):
+                    # an implicit input (a subgraph of the consumer reads S's output): ReplaceDownstreamNodeInput
+                    # indexes the explicit inputs with the edge's slot, past their end (fuzz seed 7 case 1098)
+                    raise ModelError(
+                        f"ORT 1.32's QDQFinalCleanupTransformer aborts the process (std::vector index out of range) "
+                        f"removing '{first.name}' and '{second.name}': node '{consumer.name}' ({consumer.op_type}) "
+                        f"reads {second.outputs[0]!r} in a subgraph"
+                    )
                 graph.set_input(consumer, edge.dst_slot, source_value)
             graph.remove_node(second)
         else:

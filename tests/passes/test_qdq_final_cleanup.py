@@ -61,3 +61,25 @@ def test_knownx_kept_relu_single_edge_rule_is_needed(name: str, monkeypatch: pyt
     assert not comp.trace_matches
     assert "GraphTransformer QDQFinalCleanupTransformer modified: 1" in comp.ours_lines
     assert not comp.report.holds("S")
+
+
+@pytest.mark.parametrize(("name", "level", "config"), knownx.cases("fz_final_cleanup_explicit"))
+def test_knownx_final_cleanup_explicit_consumer_as_ort(name: str, level: str, config: str) -> None:
+    knownx.assert_exact(name, level, config)
+
+
+@pytest.mark.parametrize("level", ["disable_all", "basic"])
+def test_knownx_final_cleanup_implicit_consumer_before_level2(level: str) -> None:
+    """Below Level2 ORT creates the session: qdqopt equals it."""
+    knownx.assert_exact("knownx/fz_final_cleanup_implicit_consumer", level, "default")
+
+
+@pytest.mark.parametrize("level", ["extended", "layout", "all"])
+def test_knownx_final_cleanup_implicit_consumer_is_refused(level: str) -> None:
+    """ORT 1.32 aborts creating this session (``test_fixtures`` checks it in a child, from the fixture's
+    ``ort_crashes``); qdqopt refuses the model with a one-line reason where ORT would die, never removes the pair."""
+    from qdqopt.api import run
+    from qdqopt.errors import ModelError
+
+    with pytest.raises(ModelError, match=r"QDQFinalCleanupTransformer aborts the process .* node 'if' \(If\) reads"):
+        run(fixture_model("knownx/fz_final_cleanup_implicit_consumer"), level)
