@@ -141,6 +141,13 @@ def _tensor_key(tensor: onnx.TensorProto) -> tuple[int, tuple[int, ...], str]:
         ext = {e.key: e.value for e in tensor.external_data}
         payload = f"external:{ext.get('location')}:{ext.get('offset', '0')}:{ext.get('length', '')}"
         return int(tensor.data_type), tuple(tensor.dims), payload
+    if tensor.data_type == onnx.TensorProto.UNDEFINED:
+        # no values to read (a Constant whose ``value`` attribute is not a tensor: ORT's loader takes its empty
+        # tensor as the initializer); its bytes, name left out, are what both sides must agree on
+        bare = onnx.TensorProto()
+        bare.CopyFrom(tensor)
+        bare.ClearField("name")
+        return 0, tuple(int(d) for d in tensor.dims), hashlib.sha256(bare.SerializeToString()).hexdigest()
     array = numpy_helper.to_array(tensor)
     digest = hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
     return int(tensor.data_type), tuple(int(d) for d in tensor.dims), digest

@@ -329,3 +329,36 @@ def test_every_door_to_onnx_inference_guards_negative_dims() -> None:
     root = Path(__file__).resolve().parents[1] / "qdqopt"
     direct = [p.name for p in root.rglob("*.py") if "shape_inference.infer_shapes(" in p.read_text()]
     assert not direct, direct
+
+
+@pytest.mark.parametrize(
+    ("attr", "expected"),
+    [
+        (helper.make_attribute("value", [3, 4]), [3, 4]),  # INTS under the name "value"
+        (helper.make_attribute("value", 2.5), 2.5),  # FLOAT under the name "value"
+        (helper.make_attribute("value_ints", [5]), [5]),
+    ],
+    ids=["value-ints", "value-float", "value_ints"],
+)
+def test_constant_follows_its_attribute_type_as_ort(attr: onnx.AttributeProto, expected: object) -> None:
+    """Found by the campaign (seed 1202, #1119: a Constant's ``value`` replaced by INTS): ORT's
+    ``ConstantNodeProtoToTensorProto`` switches on the attribute's type, not its name; qdqopt made an empty tensor
+    (and its differ failed on it, exit 3). Both now hold the values, and ``diff`` is exact."""
+    const = helper.make_node("Constant", [], ["c"], name="const")
+    const.attribute.append(attr)
+    cast = helper.make_node("Cast", ["c"], ["y"], name="cast", to=TensorProto.FLOAT)
+    add = helper.make_node("Add", ["x", "y"], ["z"], name="add")
+    graph = helper.make_graph(
+        [const, cast, add],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    from qdqopt.api import run
+
+    ours = run(model, "disable_all").model
+    found = next(t for t in ours.graph.initializer if t.name == "c")
+    assert numpy_helper.to_array(found).tolist() == expected
+    outcome = run_cli(_mutant(model), "diff", "basic")
+    assert outcome.ok and outcome.returncode == 0, (outcome.verdict, outcome.stderr[-400:])

@@ -685,27 +685,29 @@ def _is_constant(node: onnx.NodeProto) -> bool:
 
 
 def _constant_to_tensor(node: onnx.NodeProto) -> onnx.TensorProto:
-    """``utils::ConstantNodeProtoToTensorProto``."""
+    """``utils::ConstantNodeProtoToTensorProto``: the tensor follows the attribute's *type*, whatever its name (a
+    ``value`` attribute holding INTS is a 1-D int64 tensor, as in ORT 1.32: mutant campaign seed 1202 #1119)."""
     name = node.output[0]
     if len(node.attribute) != 1:
         raise ModelError(f"Constant node {node.name!r} must have exactly one value attribute")
     attr = node.attribute[0]
+    kind = onnx.AttributeProto
     tensor: onnx.TensorProto
-    if attr.name == "value":
+    if attr.type == kind.TENSOR:
         tensor = copy.deepcopy(attr.t)
-    elif attr.name == "value_float":
+    elif attr.type == kind.FLOAT:
         tensor = onnx.TensorProto(data_type=onnx.TensorProto.FLOAT, float_data=[attr.f])
-    elif attr.name == "value_floats":
+    elif attr.type == kind.FLOATS:
         tensor = onnx.TensorProto(data_type=onnx.TensorProto.FLOAT, dims=[len(attr.floats)], float_data=attr.floats)
-    elif attr.name == "value_int":
+    elif attr.type == kind.INT:
         tensor = onnx.TensorProto(data_type=onnx.TensorProto.INT64, int64_data=[attr.i])
-    elif attr.name == "value_ints":
+    elif attr.type == kind.INTS:
         tensor = onnx.TensorProto(data_type=onnx.TensorProto.INT64, dims=[len(attr.ints)], int64_data=attr.ints)
-    elif attr.name == "value_string":
+    elif attr.type == kind.STRING:
         tensor = onnx.TensorProto(data_type=onnx.TensorProto.STRING, string_data=[attr.s])
-    elif attr.name == "value_strings":
+    elif attr.type == kind.STRINGS:
         tensor = onnx.TensorProto(data_type=onnx.TensorProto.STRING, dims=[len(attr.strings)], string_data=attr.strings)
-    elif attr.name == "sparse_value":
+    elif attr.type == kind.SPARSE_TENSOR:
         dense = onnx.numpy_helper.to_array(attr.sparse_tensor.values)
         shape = tuple(attr.sparse_tensor.dims)
         full = np.zeros(shape, dtype=dense.dtype).reshape(-1)
@@ -714,7 +716,7 @@ def _constant_to_tensor(node: onnx.NodeProto) -> onnx.TensorProto:
         full[flat] = dense
         tensor = numpy_helper.from_array(full.reshape(shape))
     else:
-        raise ModelError(f"Constant node {node.name!r}: unsupported attribute {attr.name!r}")
+        raise ModelError(f"Unsupported attribute value type of {attr.type} in 'Constant' node '{node.name}'")
     tensor.name = name
     return tensor
 
