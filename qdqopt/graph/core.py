@@ -677,28 +677,13 @@ class Graph:
         on a graph without edges yet but those of nodes with subgraphs."""
         self._order = None
         succ, pred = self._nx._succ, self._nx._pred
-        consumers, producer, consumed = self._consumers, self._producer, self._consumed
+        consumed = self._consumed
         for index, node in self._nodes.items():
             if node.implicit_inputs or pred[index]:  # wired already (a node with subgraphs): as any rewiring
                 self._rewire_inputs(node)
                 continue
             consumed[index] = {v for v in node.inputs if v}
-            preds = pred[index]
-            for slot, value in enumerate(node.inputs):
-                if not value:
-                    continue
-                readers = consumers.get(value)
-                if readers is None:
-                    consumers[value] = {index}
-                else:
-                    readers.add(index)
-                found = producer.get(value)
-                if found is not None:
-                    src = found[0]
-                    keys = succ[src].get(index)
-                    if keys is None:
-                        keys = succ[src][index] = preds[src] = {}
-                    keys[(found[1], slot)] = {"value": value}
+            self._wire_reads(index, node.inputs, succ, pred[index])
 
     def _index_op(self, node: Node) -> None:
         found = self._by_op.get(node.op_type)
@@ -1751,8 +1736,16 @@ class Graph:
             for value in old - consumed:
                 self._consumers.get(value, set()).discard(index)
         self._consumed[index] = consumed
+        self._wire_reads(index, all_inputs, succ, preds)
+
+    def _wire_reads(
+        self, index: int, inputs: list[str], succ: dict[int, dict[int, Any]], preds: dict[int, Any]
+    ) -> None:
+        """Node ``index`` reads ``inputs`` (explicit, then implicit, by slot): it joins each value's readers, and an
+        edge per (producer slot, reader slot) goes into networkx's adjacency, reached directly (``succ`` and the
+        node's ``preds`` share the key dicts)."""
         consumers, producer = self._consumers, self._producer
-        for slot, value in enumerate(all_inputs):
+        for slot, value in enumerate(inputs):
             if not value:
                 continue
             readers = consumers.get(value)
