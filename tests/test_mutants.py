@@ -362,3 +362,33 @@ def test_constant_follows_its_attribute_type_as_ort(attr: onnx.AttributeProto, e
     assert numpy_helper.to_array(found).tolist() == expected
     outcome = run_cli(_mutant(model), "diff", "basic")
     assert outcome.ok and outcome.returncode == 0, (outcome.verdict, outcome.stderr[-400:])
+
+
+@pytest.mark.parametrize("perm", [helper.make_attribute("perm", 1.5), helper.make_attribute("perm", [1.5, 2.5])])
+@pytest.mark.parametrize("command", ["explain", "trace"])
+def test_attribute_of_the_wrong_type_is_refused_as_ort_does(perm: onnx.AttributeProto, command: str) -> None:
+    """Found by the campaign (seed 1203, #1259 and #3106): a Transpose whose ``perm`` is a FLOAT(S) reached the
+    transpose optimizer (an AssertionError, exit 3); ORT's Resolve refuses it ("Mismatched attribute type"), and so
+    does qdqopt's load now, on every schema attribute."""
+    node = helper.make_node("Transpose", ["x"], ["y"], name="t")
+    node.attribute.append(perm)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    outcome = run_cli(_mutant(model), command, "all")
+    assert outcome.ok and outcome.returncode == 2, (outcome.verdict, outcome.stderr[-400:])
+    assert "(ORT: Mismatched attribute type in 't : perm')" in outcome.stderr
+
+
+def test_initializer_of_an_unknown_data_type_is_refused_as_ort_does() -> None:
+    """Found by the campaign (seed 1203, #4032: a bit flip made an initializer's data type 39): a KeyError in
+    qdqopt's load before; ORT's Graph constructor says "does not have valid data type", and so does qdqopt."""
+    model = _slice_model(3)
+    model.graph.initializer[0].data_type = 39
+    outcome = run_cli(_mutant(model), "trace", "layout")
+    assert outcome.ok and outcome.returncode == 2, (outcome.verdict, outcome.stderr[-400:])
+    assert "Tensor 'starts' does not have valid data type." in outcome.stderr

@@ -1455,6 +1455,27 @@ class Graph:
         for _, _, sub in self.subgraphs():
             sub.fill_default_attributes()
 
+    def check_attribute_types(self) -> None:
+        """Resolve's schema check (ONNX's ``OpSchema::Verify``, run by ORT on every node at load, recursive): an
+        attribute the schema declares must have the declared type (a ``perm`` given as a FLOAT, a Constant's ``value``
+        aside, fails ORT's session: "Mismatched attribute type")."""
+        for node in self._nodes.values():
+            schema = self.schema(node)
+            if schema is None or not schema.attribute_types:
+                continue
+            expected_types = schema.type_of
+            for attr_name, proto in node.attributes.items():
+                expected = expected_types.get(attr_name)
+                if expected is not None and proto.type != expected and not proto.ref_attr_name:
+                    kinds = onnx.AttributeProto.AttributeType
+                    raise ModelError(
+                        f"node '{node.name}' ({node.op_type}): attribute {attr_name!r} is {kinds.Name(proto.type)}, "
+                        f"its schema wants {kinds.Name(expected)} (ORT: Mismatched attribute type in "
+                        f"'{node.name} : {attr_name}')"
+                    )
+        for _, _, sub in self.subgraphs():
+            sub.check_attribute_types()
+
     def record_subgraph_reads(self) -> None:
         """Resolve adds to ``value_info_`` every node output that a subgraph reads; entries are never dropped."""
         for index in self._sub_nodes:

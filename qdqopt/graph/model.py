@@ -653,6 +653,7 @@ def _build_graph(
 
 
 def _load_time_resolve(graph: Graph) -> None:
+    graph.check_attribute_types()
     graph.fill_default_attributes()
     # every initializer (a Constant node's output included) has a NodeArg before the first Resolve drops the unused
     # ones, and the NodeArg, typed, stays: its value_info entry is saved (observed on 1.32.0)
@@ -735,11 +736,19 @@ _FOUR_BIT = frozenset({onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.Tenso
 _REWRITTEN_FIELDS = frozenset({"name", "data_type", "dims", "raw_data"})
 
 
+#: the values of ``TensorProto.DataType`` (UNDEFINED included: ORT takes it)
+_DATA_TYPES = frozenset(onnx.TensorProto.DataType.values())
+
+
 def _normalise_initializer(tensor: onnx.TensorProto) -> onnx.TensorProto:
     """An initializer of 128 bytes or more as ORT's save writes it, from the OrtValue it keeps for it: typed-field
     data re-encoded as raw_data, and nothing but name, type, dims and data (an explicit ``data_location`` DEFAULT or
     a ``doc_string`` is gone, from DISABLE_ALL on: observed on 1.32.0); any other is returned itself (initializer
-    protos are never edited in place: passes replace them)."""
+    protos are never edited in place: passes replace them).
+
+    A data type the TensorProto enum does not have is refused as ORT's Graph constructor refuses it."""
+    if tensor.data_type not in _DATA_TYPES:
+        raise ModelError(f"This is an invalid model. Tensor '{tensor.name}' does not have valid data type.")
     if (
         tensor.data_location == onnx.TensorProto.EXTERNAL
         or tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED)

@@ -64,10 +64,17 @@ class OpSchema:
     since_version: int
     deprecated: bool
     attribute_defaults: tuple[tuple[str, onnx.AttributeProto | None], ...]
+    #: attribute name -> the ``AttributeProto`` type the schema declares for it
+    attribute_types: tuple[tuple[str, int], ...] = ()
 
     def defaults(self) -> list[tuple[str, onnx.AttributeProto]]:
         """Attributes that have a default value, in the order ORT's Resolve adds them (its schema map's order)."""
         return list(self.default_list)
+
+    @functools.cached_property
+    def type_of(self) -> dict[str, int]:
+        """:attr:`attribute_types` as a mapping."""
+        return dict(self.attribute_types)
 
     @functools.cached_property
     def default_list(self) -> tuple[tuple[str, onnx.AttributeProto], ...]:
@@ -93,7 +100,8 @@ def _registry() -> dict[tuple[str, str], list[OpSchema]]:
     for s in ort_c.get_all_operator_schema():
         # The pybind dict keeps the C++ schema map's iteration order, which is the order Resolve fills defaults in.
         attrs = tuple((name, _parse_default(attr._default_value)) for name, attr in s.attributes.items())
-        schema = OpSchema(normalize_domain(s.domain), s.name, int(s.since_version), bool(s.deprecated), attrs)
+        types = tuple((name, int(attr.type)) for name, attr in s.attributes.items())
+        schema = OpSchema(normalize_domain(s.domain), s.name, int(s.since_version), bool(s.deprecated), attrs, types)
         table.setdefault((schema.domain, schema.op_type), []).append(schema)
     for versions in table.values():
         versions.sort(key=lambda x: x.since_version)
