@@ -332,6 +332,19 @@ class Node:
         return f"Node({self.index}, {self.qualified_op}, name={self.name!r})"
 
 
+def node_proto_head(node: Node) -> onnx.NodeProto:
+    """The start of ``Node::ToProto``: a NodeProto with the node's name, op type, domain and doc string (empty
+    fields left unset); the caller adds attributes, inputs and outputs."""
+    proto = onnx.NodeProto()
+    proto.name = node.name
+    proto.op_type = node.op_type
+    if node.domain:
+        proto.domain = node.domain
+    if node.doc_string:
+        proto.doc_string = node.doc_string
+    return proto
+
+
 class Graph:
     """One ORT ``Graph`` (the main graph or a subgraph)."""
 
@@ -842,13 +855,7 @@ class Graph:
         ):
             found: onnx.NodeProto = cached[6]
             return found
-        proto = onnx.NodeProto()
-        proto.name = node.name
-        proto.op_type = node.op_type
-        if node.domain:
-            proto.domain = node.domain
-        if node.doc_string:
-            proto.doc_string = node.doc_string
+        proto = node_proto_head(node)
         proto.attribute.extend(attributes[name] for name in node.attr_map if name in attributes)
         proto.input.extend(node.inputs)
         proto.output.extend(node.outputs)

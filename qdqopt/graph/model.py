@@ -41,7 +41,7 @@ from google.protobuf.message import DecodeError, Message
 from onnx import numpy_helper
 
 from qdqopt.errors import ModelError
-from qdqopt.graph.core import Graph, Node, tensor_array
+from qdqopt.graph.core import Graph, Node, node_proto_head, tensor_array
 from qdqopt.graph.inference import fill_unknown, has_dim, infer_model_types, lenient_merge, merge_type, shapes_conflict
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
@@ -1211,13 +1211,7 @@ def node_to_proto(
     exact: Collection[str] = (),
 ) -> onnx.NodeProto:
     """``Node::ToProto``: name, op, domain, doc string, attributes (with updated subgraphs), inputs, outputs."""
-    proto = onnx.NodeProto()
-    proto.name = node.name
-    proto.op_type = node.op_type
-    if node.domain:
-        proto.domain = node.domain
-    if node.doc_string:
-        proto.doc_string = node.doc_string
+    proto = node_proto_head(node)
     ordered = [node.attributes[name] for name in node.attribute_order()]
     proto.attribute.extend(_with_subgraphs(node, ordered, types or {}, regenerate, exact))
     proto.input.extend(node.inputs)
