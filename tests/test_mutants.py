@@ -392,3 +392,14 @@ def test_initializer_of_an_unknown_data_type_is_refused_as_ort_does() -> None:
     outcome = run_cli(_mutant(model), "trace", "layout")
     assert outcome.ok and outcome.returncode == 2, (outcome.verdict, outcome.stderr[-400:])
     assert "Tensor 'starts' does not have valid data type." in outcome.stderr
+
+
+def test_declared_value_of_an_unknown_data_type_is_refused_as_ort_does() -> None:
+    """Found by the campaign (seed 1204, #2675: a bit flip made a graph output's element type 67): a ValueError
+    from protobuf's enum inside qdqopt's inference before; ORT's loader says "Invalid tensor data type 67.", and so
+    does qdqopt, naming the value."""
+    model = _slice_model(3)
+    model.graph.output[0].type.tensor_type.elem_type = 67
+    outcome = run_cli(_mutant(model), "diff", "basic")
+    assert outcome.ok and outcome.returncode == 2, (outcome.verdict, outcome.stderr[-400:])
+    assert "Invalid tensor data type 67. (value 'y')" in outcome.stderr

@@ -169,6 +169,7 @@ def load_model(source: str | os.PathLike[str] | onnx.ModelProto, *, inline_local
     """
     header, gp, initializers, base = _read_parts(source)
     _check_inputs_defined(gp, frozenset(), initializers)
+    _check_declared_types(gp)
     opset_import = [(normalize_domain(o.domain), int(o.version)) for o in header.opset_import]
     opsets = dict(opset_import)
     # ORT's Model knows every domain of its registry (which is why they appear in the saved opset_import)
@@ -224,6 +225,35 @@ def _check_inputs_defined(
             if attr.HasField("g") or len(attr.graphs):
                 for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
                     _check_inputs_defined(sub, frozenset(known))
+
+
+def _check_declared_types(gp: onnx.GraphProto) -> None:
+    """ORT's loader: a graph input, output or value_info whose element type the TensorProto enum lacks fails the
+    load ("Invalid tensor data type 67."); subgraphs too."""
+    for vi in (*gp.input, *gp.output, *gp.value_info):
+        bad = _invalid_elem_type(vi.type)
+        if bad is not None:
+            raise ModelError(f"Failed to load model with error: Invalid tensor data type {bad}. (value {vi.name!r})")
+    for node in gp.node:
+        for attr in node.attribute:
+            if attr.HasField("g") or len(attr.graphs):
+                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    _check_declared_types(sub)
+
+
+def _invalid_elem_type(type_proto: onnx.TypeProto) -> int | None:
+    kind = type_proto.WhichOneof("value")
+    if kind in ("tensor_type", "sparse_tensor_type"):
+        elem = getattr(type_proto, kind).elem_type
+        return elem if elem not in _DATA_TYPES else None
+    if kind == "sequence_type":
+        return _invalid_elem_type(type_proto.sequence_type.elem_type)
+    if kind == "optional_type":
+        return _invalid_elem_type(type_proto.optional_type.elem_type)
+    if kind == "map_type":
+        key = type_proto.map_type.key_type
+        return key if key not in _DATA_TYPES else _invalid_elem_type(type_proto.map_type.value_type)
+    return None
 
 
 def _check_utf8(message: Message, where: str) -> None:
