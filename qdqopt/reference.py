@@ -36,13 +36,14 @@ exceptions): :func:`transformer_diagnostics` lists those.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +51,9 @@ import onnx
 
 from qdqopt.errors import ReferenceError
 from qdqopt.levels import Level, parse_level
+
+_Source = str | os.PathLike[str] | onnx.ModelProto
+_Config = Mapping[str, str] | None
 
 __all__ = [
     "LogRecord",
@@ -217,9 +221,9 @@ def run_reference(
     After :func:`sessions_in_child` (the CLI's setting), the session is created in a forked child: ORT's C++ can
     crash on a model it accepted at DISABLE_ALL (NchwcTransformer on an unresolved graph), and that must end the
     child only, reported as a :class:`ReferenceError`."""
-    if _SETTINGS["in_child"]:
-        return _in_child(model, level, config=config, disabled=disabled, capture_log=capture_log)
-    return _run_reference(model, level, config=config, disabled=disabled, capture_log=capture_log)
+    lvl = parse_level(level)
+    run = functools.partial(_run_reference, model, lvl, config, disabled, capture_log)
+    return _in_child(run, lvl) if _SETTINGS["in_child"] else run()
 
 
 #: whether :func:`run_reference` creates its sessions in a forked child (:func:`sessions_in_child`)
@@ -236,17 +240,10 @@ def sessions_in_child(on: bool = True) -> None:
     _SETTINGS["in_child"] = on and hasattr(os, "fork")
 
 
-def _in_child(
-    model: str | os.PathLike[str] | onnx.ModelProto,
-    level: Level | int | str,
-    *,
-    config: Mapping[str, str] | None,
-    disabled: Sequence[str],
-    capture_log: bool,
-) -> ReferenceRun:
+def _in_child(run: Callable[[], ReferenceRun], lvl: Level) -> ReferenceRun:
+    """``run()`` in a forked child: its run, or the ReferenceError it raised, passed back through a pickle."""
     import pickle
 
-    lvl = parse_level(level)
     with tempfile.TemporaryDirectory(prefix="qdqopt-child-") as tmp:
         result = Path(tmp) / "result.pickle"
         sys.stdout.flush()
@@ -256,9 +253,7 @@ def _in_child(
             code = 0
             try:
                 try:
-                    answer: object = _run_reference(
-                        model, lvl, config=config, disabled=disabled, capture_log=capture_log
-                    )
+                    answer: object = run()
                 except ReferenceError as exc:
                     answer = exc
                 result.write_bytes(pickle.dumps(answer))
@@ -280,22 +275,14 @@ def _in_child(
     return answer
 
 
-def _run_reference(
-    model: str | os.PathLike[str] | onnx.ModelProto,
-    level: Level | int | str,
-    *,
-    config: Mapping[str, str] | None,
-    disabled: Sequence[str],
-    capture_log: bool,
-) -> ReferenceRun:
+def _run_reference(model: _Source, lvl: Level, config: _Config, disabled: Sequence[str], log: bool) -> ReferenceRun:
     import onnxruntime as ort
 
-    lvl = parse_level(level)
     so = ort.SessionOptions()
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, lvl.ort_name)
     for key, value in (config or {}).items():
         so.add_session_config_entry(key, value)
-    if capture_log:
+    if log:
         so.log_severity_level = 0
     else:
         so.log_severity_level = 3
@@ -309,7 +296,7 @@ def _run_reference(
             kwargs["disabled_optimizers"] = list(disabled)
         text = ""
         try:
-            if capture_log:
+            if log:
                 with _captured_stderr() as captured:
                     ort.InferenceSession(source, so, **kwargs)
                 text = captured[0] if captured else ""

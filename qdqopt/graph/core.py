@@ -39,9 +39,9 @@ import enum
 import functools
 import operator
 import types
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, overload
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar, cast, overload
 
 import networkx as nx
 import numpy as np
@@ -220,6 +220,42 @@ class Changes:
         return bool(self.added or self.removed or self.rewired)
 
 
+_T = TypeVar("_T")
+
+
+class _AttributeGetter(Protocol[_T]):
+    @overload
+    def __call__(self, name: str) -> _T | None: ...
+    @overload
+    def __call__(self, name: str, default: _T) -> _T: ...
+
+
+class _TypedAttribute(Generic[_T]):
+    """A typed accessor of :class:`Node`: ``node.attr_int("axis")`` is the value of the node's ``axis`` attribute
+    when it has the accessor's AttributeProto type, else the default (None unless given)."""
+
+    def __init__(self, kind: int, convert: Callable[[onnx.AttributeProto], _T], doc: str) -> None:
+        self.kind = kind
+        self.convert = convert
+        self.__doc__ = f"{doc}, or ``default``."
+
+    @overload
+    def __get__(self, node: None, owner: type[Node]) -> _TypedAttribute[_T]: ...
+    @overload
+    def __get__(self, node: Node, owner: type[Node]) -> _AttributeGetter[_T]: ...
+    def __get__(self, node: Node | None, owner: type[Node]) -> _TypedAttribute[_T] | _AttributeGetter[_T]:
+        if node is None:  # on the class (help(Node)): the accessor itself
+            return self
+        attributes = node.attributes
+        kind, convert = self.kind, self.convert
+
+        def get(name: str, default: _T | None = None) -> _T | None:
+            proto = attributes.get(name)
+            return convert(proto) if proto is not None and proto.type == kind else default
+
+        return cast("_AttributeGetter[_T]", get)
+
+
 @dataclass(eq=False)
 class Node:
     """A node as ORT holds it. Mutate it only through :class:`Graph` methods (except ``doc_string``/``ep``)."""
@@ -264,69 +300,32 @@ class Node:
     # Typed accessors. Each returns the attribute's value when the node has it with that type (ONNX's
     # AttributeProto.type; ORT's loader has checked it against the schema), else ``default`` (None unless given):
     # ``graph_utils::GetNodeAttribute`` followed by ``attr->i()`` / ``ints()`` / ``f()`` / ``s()`` in ORT's passes.
-    def _typed(self, name: str, kind: int) -> onnx.AttributeProto | None:
-        proto = self.attributes.get(name)
-        return proto if proto is not None and proto.type == kind else None
-
-    @overload
-    def attr_int(self, name: str) -> int | None: ...
-    @overload
-    def attr_int(self, name: str, default: int) -> int: ...
-    def attr_int(self, name: str, default: int | None = None) -> int | None:
-        """An ``INT`` attribute (``attr->i()``), or ``default``."""
-        proto = self._typed(name, onnx.AttributeProto.INT)
-        return int(proto.i) if proto is not None else default
-
-    @overload
-    def attr_ints(self, name: str) -> list[int] | None: ...
-    @overload
-    def attr_ints(self, name: str, default: list[int]) -> list[int]: ...
-    def attr_ints(self, name: str, default: list[int] | None = None) -> list[int] | None:
-        """An ``INTS`` attribute as a new list (``GetRepeatedNodeAttributeValues``), or ``default``."""
-        proto = self._typed(name, onnx.AttributeProto.INTS)
-        return [int(v) for v in proto.ints] if proto is not None else default
-
-    @overload
-    def attr_float(self, name: str) -> float | None: ...
-    @overload
-    def attr_float(self, name: str, default: float) -> float: ...
-    def attr_float(self, name: str, default: float | None = None) -> float | None:
-        """A ``FLOAT`` attribute (``attr->f()``, a float32 widened to a Python float), or ``default``."""
-        proto = self._typed(name, onnx.AttributeProto.FLOAT)
-        return float(proto.f) if proto is not None else default
-
-    @overload
-    def attr_floats(self, name: str) -> list[float] | None: ...
-    @overload
-    def attr_floats(self, name: str, default: list[float]) -> list[float]: ...
-    def attr_floats(self, name: str, default: list[float] | None = None) -> list[float] | None:
-        """A ``FLOATS`` attribute as a new list, or ``default``."""
-        proto = self._typed(name, onnx.AttributeProto.FLOATS)
-        return [float(v) for v in proto.floats] if proto is not None else default
-
-    @overload
-    def attr_str(self, name: str) -> str | None: ...
-    @overload
-    def attr_str(self, name: str, default: str) -> str: ...
-    def attr_str(self, name: str, default: str | None = None) -> str | None:
-        """A ``STRING`` attribute decoded as UTF-8 (``attr->s()``; bytes that are not UTF-8 kept as surrogates, so
-        that they equal no valid name, as in ORT's byte comparison: :func:`decode_str`), or ``default``."""
-        proto = self._typed(name, onnx.AttributeProto.STRING)
-        return decode_str(proto.s) if proto is not None else default
-
-    @overload
-    def attr_strs(self, name: str) -> list[str] | None: ...
-    @overload
-    def attr_strs(self, name: str, default: list[str]) -> list[str]: ...
-    def attr_strs(self, name: str, default: list[str] | None = None) -> list[str] | None:
-        """A ``STRINGS`` attribute, each decoded as UTF-8, or ``default``."""
-        proto = self._typed(name, onnx.AttributeProto.STRINGS)
-        return [decode_str(v) for v in proto.strings] if proto is not None else default
-
-    def attr_tensor(self, name: str) -> onnx.TensorProto | None:
-        """A ``TENSOR`` attribute (the proto itself, not a copy), or None."""
-        proto = self._typed(name, onnx.AttributeProto.TENSOR)
-        return proto.t if proto is not None else None
+    attr_int = _TypedAttribute(onnx.AttributeProto.INT, lambda p: int(p.i), "An ``INT`` attribute (``attr->i()``)")
+    attr_ints = _TypedAttribute(
+        onnx.AttributeProto.INTS,
+        lambda p: [int(v) for v in p.ints],
+        "An ``INTS`` attribute as a new list (``GetRepeatedNodeAttributeValues``)",
+    )
+    attr_float = _TypedAttribute(
+        onnx.AttributeProto.FLOAT,
+        lambda p: float(p.f),
+        "A ``FLOAT`` attribute (``attr->f()``, a float32 widened to a Python float)",
+    )
+    attr_floats = _TypedAttribute(
+        onnx.AttributeProto.FLOATS, lambda p: [float(v) for v in p.floats], "A ``FLOATS`` attribute as a new list"
+    )
+    attr_str = _TypedAttribute(
+        onnx.AttributeProto.STRING,
+        lambda p: decode_str(p.s),
+        "A ``STRING`` attribute decoded as UTF-8 (``attr->s()``; bytes that are not UTF-8 kept as surrogates, so "
+        "that they equal no valid name, as in ORT's byte comparison: :func:`decode_str`)",
+    )
+    attr_strs = _TypedAttribute(
+        onnx.AttributeProto.STRINGS,
+        lambda p: [decode_str(v) for v in p.strings],
+        "A ``STRINGS`` attribute, each decoded as UTF-8",
+    )
+    attr_tensor = _TypedAttribute(onnx.AttributeProto.TENSOR, lambda p: p.t, "A ``TENSOR`` attribute (the proto)")
 
     def __repr__(self) -> str:
         return f"Node({self.index}, {self.qualified_op}, name={self.name!r})"

@@ -43,7 +43,7 @@ from onnx import numpy_helper
 from qdqopt.errors import ModelError
 from qdqopt.graph.core import Graph, Node, node_proto_head, tensor_array
 from qdqopt.graph.inference import fill_unknown, has_dim, infer_model_types, lenient_merge, merge_type, shapes_conflict
-from qdqopt.graph.schema import normalize_domain
+from qdqopt.graph.schema import elem_types, normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
 
 __all__ = ["Model", "load_model", "merge_type", "save_model", "write_model"]
@@ -231,7 +231,7 @@ def _check_declared_types(gp: onnx.GraphProto) -> None:
     """ORT's loader: a graph input, output or value_info whose element type the TensorProto enum lacks fails the
     load ("Invalid tensor data type 67."); subgraphs too."""
     for vi in (*gp.input, *gp.output, *gp.value_info):
-        bad = _invalid_elem_type(vi.type)
+        bad = next((elem for elem in elem_types(vi.type) if elem not in _DATA_TYPES), None)
         if bad is not None:
             raise ModelError(f"Failed to load model with error: Invalid tensor data type {bad}. (value {vi.name!r})")
     for node in gp.node:
@@ -239,21 +239,6 @@ def _check_declared_types(gp: onnx.GraphProto) -> None:
             if attr.HasField("g") or len(attr.graphs):
                 for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
                     _check_declared_types(sub)
-
-
-def _invalid_elem_type(type_proto: onnx.TypeProto) -> int | None:
-    kind = type_proto.WhichOneof("value")
-    if kind in ("tensor_type", "sparse_tensor_type"):
-        elem = getattr(type_proto, kind).elem_type
-        return elem if elem not in _DATA_TYPES else None
-    if kind == "sequence_type":
-        return _invalid_elem_type(type_proto.sequence_type.elem_type)
-    if kind == "optional_type":
-        return _invalid_elem_type(type_proto.optional_type.elem_type)
-    if kind == "map_type":
-        key = type_proto.map_type.key_type
-        return key if key not in _DATA_TYPES else _invalid_elem_type(type_proto.map_type.value_type)
-    return None
 
 
 def _check_utf8(message: Message, where: str) -> None:

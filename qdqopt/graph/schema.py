@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -33,6 +33,7 @@ __all__ = [
     "FunctionKey",
     "OpSchema",
     "Schema",
+    "elem_types",
     "function_key",
     "input_arg_counts",
     "known_type",
@@ -266,18 +267,24 @@ def type_string(type_proto: onnx.TypeProto | None) -> str | None:
 def known_type(type_proto: onnx.TypeProto) -> bool:
     """``type_string(type_proto) is not None``, without making the string (an element type that is no
     ``TensorProto.DataType`` raises ``ValueError`` as there)."""
+    return all(elem and _elem_name(elem) for elem in elem_types(type_proto))
+
+
+def elem_types(type_proto: onnx.TypeProto) -> Iterator[int]:
+    """Every element type a TypeProto names, outside in: a tensor's, a sequence's or an optional's element's, a
+    map's key's then its value's; 0 (``UNDEFINED``) for a type that names none (unset, opaque)."""
     kind = type_proto.WhichOneof("value")
     if kind in ("tensor_type", "sparse_tensor_type"):
-        elem = getattr(type_proto, kind).elem_type
-        return bool(elem) and bool(_elem_name(elem))
-    if kind == "sequence_type":
-        return known_type(type_proto.sequence_type.elem_type)
-    if kind == "optional_type":
-        return known_type(type_proto.optional_type.elem_type)
-    if kind == "map_type":
-        key = type_proto.map_type.key_type
-        return bool(key) and known_type(type_proto.map_type.value_type) and bool(_elem_name(key))
-    return False
+        yield getattr(type_proto, kind).elem_type
+    elif kind == "sequence_type":
+        yield from elem_types(type_proto.sequence_type.elem_type)
+    elif kind == "optional_type":
+        yield from elem_types(type_proto.optional_type.elem_type)
+    elif kind == "map_type":
+        yield type_proto.map_type.key_type
+        yield from elem_types(type_proto.map_type.value_type)
+    else:
+        yield onnx.TensorProto.UNDEFINED
 
 
 @functools.cache
