@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from qdqopt import run
 from qdqopt.diff import compare
-from qdqopt.errors import ModelError
+from qdqopt.errors import ModelError, ReferenceError
 from qdqopt.graph import Changes, Graph, inference, load_model, save_model
 from qdqopt.graph import model as model_module
 from qdqopt.reference import run_reference
@@ -345,3 +345,52 @@ def test_topological_order_read_from_the_adjacency_is_the_reference_order(seed: 
         outputs = {i: bool(succ[i]) for i in indices}
         expected = ort_topological_order(indices, inputs.__getitem__, outputs.__getitem__)
         assert ort_order_of_adjacency(indices, pred, succ) == expected
+
+
+def _if_model(then_nodes: list[onnx.NodeProto], main_first: bool = True) -> onnx.ModelProto:
+    """An If whose then-branch is ``then_nodes`` (reading ``x`` and ``w`` from the main graph, writing ``t2``); ``w``
+    comes from a Neg placed after the If in the main graph unless ``main_first``."""
+    f = TensorProto.FLOAT
+    then = helper.make_graph(then_nodes, "then", [], [helper.make_tensor_value_info("t2", f, [2])])
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", f, [2])]
+    )
+    neg = helper.make_node("Neg", ["x"], ["w"], name="neg")
+    branch = helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)
+    graph = helper.make_graph(
+        [neg, branch] if main_first else [branch, neg],
+        "g",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []), helper.make_tensor_value_info("x", f, [2])],
+        [helper.make_tensor_value_info("y", f, [2])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(
+    ("then_nodes", "main_first", "refused"),
+    [
+        ([helper.make_node("Relu", ["t1"], ["t2"], name="relu"), helper.make_node("Add", ["x", "w"], ["t1"])], 1, 1),
+        ([helper.make_node("Add", ["x", "w"], ["t1"]), helper.make_node("Relu", ["t1"], ["t2"], name="relu")], 1, 0),
+        ([helper.make_node("Add", ["x", "w"], ["t1"]), helper.make_node("Relu", ["t1"], ["t2"], name="relu")], 0, 0),
+    ],
+    ids=["subgraph-unsorted", "sorted", "main-graph-unsorted"],
+)
+def test_a_subgraph_must_be_sorted_the_main_graph_need_not(
+    then_nodes: list[onnx.NodeProto], main_first: int, refused: int
+) -> None:
+    """ONNX's inference of an If/Loop/Scan body, which ORT runs at load, wants the body's nodes in topological order;
+    ORT sorts the main graph itself (its outer values may come from any main-graph node). ORT's answer, live; qdqopt's
+    load refuses exactly where ORT does, naming the node."""
+    model = _if_model(then_nodes, bool(main_first))
+    try:
+        run_reference(model, "disable_all", capture_log=False)
+        ort_refuses = False
+    except ReferenceError as exc:
+        assert "topologically sorted" in str(exc)
+        ort_refuses = True
+    assert ort_refuses == bool(refused)
+    if refused:
+        with pytest.raises(ModelError, match=r"node 'relu' \(Relu\) in a subgraph of If 'if': input 't1' is not"):
+            load_model(model)
+    else:
+        assert compare(run(model, "all").model, run_reference(model, "all", capture_log=False).model).holds("P")

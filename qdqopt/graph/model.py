@@ -225,6 +225,26 @@ def _check_inputs_defined(
             if attr.HasField("g") or len(attr.graphs):
                 for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
                     _check_inputs_defined(sub, frozenset(known))
+                    if normalize_domain(node.domain) == "":
+                        _check_sorted(sub, known, node)
+
+
+def _check_sorted(gp: onnx.GraphProto, outer: Collection[str], parent: onnx.NodeProto) -> None:
+    """ONNX's inference of an If/Loop/Scan body, which ORT runs at load: a subgraph's nodes must come in
+    topological order (a node reads values of the enclosing graphs, the subgraph's inputs and initializers, and
+    outputs of the nodes before it); ORT's main graph is sorted by ORT itself and may come in any order."""
+    seen = set(outer)
+    seen.update(v.name for v in gp.input)
+    seen.update(t.name for t in gp.initializer)
+    seen.update(s.values.name for s in gp.sparse_initializer)
+    for node in gp.node[:]:
+        for name in node.input:
+            if name and name not in seen:
+                raise ModelError(
+                    f"node {node.name!r} ({node.op_type}) in a subgraph of {parent.op_type} {parent.name!r}: input "
+                    f"{name!r} is not output of any previous node (ORT: Nodes in a graph must be topologically sorted)"
+                )
+        seen.update(node.output)
 
 
 def _check_declared_types(gp: onnx.GraphProto) -> None:
