@@ -11,7 +11,8 @@ imports): for each model, one child process per measurement imports what it need
 resets its high-water mark (``/proc/self/clear_refs``), then runs once for the peak RSS (``VmHWM``) above the RSS it
 had after the imports, and ``--repeat`` - 1 more times for the median times. The measurements: ``qdqopt`` (load,
 passes, ``save_model``, the Model dropped as :func:`qdqopt.api.optimize` drops it, ``SerializeToString``, the bytes
-written), ``stream`` (load, passes, ``write_model``, which writes the same bytes one initializer at a time), ORT
+written), ``stream`` (load, passes, ``write_model``, which writes the same bytes one initializer at a time: the CLI's
+and ``qdqopt.run(...).save(path)``'s path), ORT
 (session creation with ``optimized_model_filepath``). Without models, ``--memory`` generates a quantized ResNet18
 (:func:`resnet18_qdq_model`, about 11.8 MB) and a ~100 MB synthetic QDQ model (:func:`synthetic_qdq_model`) in
 ``--workdir`` (default: a folder in the system's temp directory), and adds the corpus's MobileNetV3.

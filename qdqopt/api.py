@@ -7,12 +7,14 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import onnx
 
 from qdqopt.config import SessionConfig
 from qdqopt.errors import UsageError
 from qdqopt.graph import Model, load_model, save_model
+from qdqopt.graph.model import write_atomic
 from qdqopt.levels import Level, parse_level
 from qdqopt.manager import EntryHook, PipelineResult, Snapshot, run_pipeline
 from qdqopt.passes.base import Unsupported
@@ -41,6 +43,11 @@ class OptimizeResult:
     def model(self) -> onnx.ModelProto:
         """The ModelProto ORT would write (made on first use: it holds its own copy of the weights)."""
         return save_model(self.loaded)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the optimized model to ``path`` as ``qdqopt optimize`` does: atomically, with the mode a new file
+        gets under the umask, one initializer at a time (no second copy of the weights, unlike :attr:`model`)."""
+        write_atomic(self.loaded, Path(path))
 
     @property
     def unimplemented(self) -> list[str]:

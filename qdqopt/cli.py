@@ -55,9 +55,9 @@ from qdqopt.api import run
 from qdqopt.compare import ISOLATION, compare_level, run_paired
 from qdqopt.config import SessionConfig
 from qdqopt.dumps import run_with_dumps
-from qdqopt.dumps import write_atomic as _write_atomic
 from qdqopt.errors import QdqoptError, UsageError
 from qdqopt.graph.model import read_model_proto
+from qdqopt.graph.model import write_atomic as _write_atomic
 from qdqopt.levels import Level, parse_level
 from qdqopt.manager import PipelineResult
 from qdqopt.plugins import installed_plugins, resolve_plugins

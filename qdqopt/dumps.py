@@ -27,44 +27,19 @@ from __future__ import annotations
 import io
 import os
 import re
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import onnx
-
 from qdqopt.api import ConfigSource, ModelSource, OptimizeResult, run
 from qdqopt.errors import UsageError
 from qdqopt.graph import Graph, Model
-from qdqopt.graph.model import write_model
+from qdqopt.graph.model import write_atomic, write_model
 from qdqopt.levels import Level
 from qdqopt.manager import StopRun, TraceEntry
 from qdqopt.plugins import PluginSource
 
 __all__ = ["DumpRun", "StopAfter", "dump_name", "run_with_dumps", "write_atomic"]
-
-
-def write_atomic(model: onnx.ModelProto | Model, path: Path) -> None:
-    """Write the model to a temporary file beside ``path``, then rename it over ``path`` (readers never see half a
-    file), with the mode a new file gets under the umask (``mkstemp`` makes it 0600). A :class:`Model` is written
-    without making its ModelProto (:func:`write_model`: one initializer at a time)."""
-    path = path.resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "wb") as handle:
-            if isinstance(model, Model):
-                write_model(model, handle)
-            else:
-                handle.write(model.SerializeToString())
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass(frozen=True)

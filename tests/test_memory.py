@@ -237,6 +237,28 @@ def test_write_model_is_save_model(tmp_path: Path, level: Level, shuffled: bool)
     assert buffer.getvalue() == expected
 
 
+def test_result_save_is_optimize_output(tmp_path: Path) -> None:
+    """The Python API's file path (``run(...).save(path)``) writes what ``result.model`` serialises to, without
+    making that ModelProto, with the umask's mode."""
+    import os
+
+    from qdqopt.api import run
+
+    source = tmp_path / "m.onnx"
+    source.write_bytes(_model().SerializeToString())
+    result = run(source, "all")
+    out = tmp_path / "sub" / "out.onnx"
+    old = os.umask(0o027)
+    try:
+        result.save(out)
+    finally:
+        os.umask(old)
+    assert "model" not in vars(result)  # the cached ModelProto was not made
+    assert out.read_bytes() == result.model.SerializeToString()
+    assert out.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in out.parent.iterdir()] == ["out.onnx"]
+
+
 def test_initializers_and_attributes_are_shared() -> None:
     model = _model()
     loaded = load_model(model)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import os
+import tempfile
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,7 @@ from qdqopt.graph.inference import fill_unknown, has_dim, infer_model_types, len
 from qdqopt.graph.schema import elem_types, normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
 
-__all__ = ["Model", "load_model", "merge_type", "save_model", "write_model"]
+__all__ = ["Model", "load_model", "merge_type", "save_model", "write_atomic", "write_model"]
 
 # Domains ORT 1.32 adds to the saved opset_import when the model lacks them, in the order it appends them [EXP].
 REGISTRY_OPSETS: tuple[tuple[str, int], ...] = (
@@ -895,6 +896,28 @@ def write_model(model: Model, target: str | os.PathLike[str] | BinaryIO) -> int:
 
 _MODEL_GRAPH_TAG = bytes([_MODEL_GRAPH << 3 | _LENGTH_DELIMITED])
 _GRAPH_INITIALIZER_TAG = bytes([_GRAPH_INITIALIZER << 3 | _LENGTH_DELIMITED])
+
+
+def write_atomic(model: onnx.ModelProto | Model, path: Path) -> None:
+    """Write the model to a temporary file beside ``path``, then rename it over ``path`` (readers never see half a
+    file), with the mode a new file gets under the umask (``mkstemp`` makes it 0600). A :class:`Model` is written
+    without making its ModelProto (:func:`write_model`: one initializer at a time)."""
+    path = path.resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "wb") as handle:
+            if isinstance(model, Model):
+                write_model(model, handle)
+            else:
+                handle.write(model.SerializeToString())
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _varint(value: int) -> bytes:
