@@ -390,8 +390,8 @@ class Graph:
         self.outputs: list[onnx.ValueInfoProto] = []
         self.value_info: list[onnx.ValueInfoProto] = []
         # the inputs and outputs by name, with the list and length they were made for (see input_index)
-        self._input_index: tuple[list[onnx.ValueInfoProto], int, dict[str, onnx.ValueInfoProto]] | None = None
-        self._output_index: tuple[list[onnx.ValueInfoProto], int, dict[str, onnx.ValueInfoProto]] | None = None
+        self._input_index: _NameIndex | None = None
+        self._output_index: _NameIndex | None = None
         #: names of the value_info entries ORT keeps (their tensor had a NodeArg after load)
         self.value_info_names: set[str] = set()
         # initializers, in ORT's graph_proto_->initializer() order
@@ -962,25 +962,13 @@ class Graph:
 
     def input_index(self) -> dict[str, onnx.ValueInfoProto]:
         """The graph inputs by name (the first of a repeated name), kept until ``inputs`` is replaced or grows."""
-        inputs = self.inputs
-        cached = self._input_index
-        if cached is None or cached[0] is not inputs or cached[1] != len(inputs):
-            index: dict[str, onnx.ValueInfoProto] = {}
-            for vi in inputs:
-                index.setdefault(vi.name, vi)
-            cached = self._input_index = (inputs, len(inputs), index)
-        return cached[2]
+        self._input_index = _by_name(self.inputs, self._input_index)
+        return self._input_index[2]
 
     def output_index(self) -> dict[str, onnx.ValueInfoProto]:
         """The graph outputs by name (the first of a repeated name), as :meth:`input_index`."""
-        outputs = self.outputs
-        cached = self._output_index
-        if cached is None or cached[0] is not outputs or cached[1] != len(outputs):
-            index: dict[str, onnx.ValueInfoProto] = {}
-            for vi in outputs:
-                index.setdefault(vi.name, vi)
-            cached = self._output_index = (outputs, len(outputs), index)
-        return cached[2]
+        self._output_index = _by_name(self.outputs, self._output_index)
+        return self._output_index[2]
 
     def graph_input_names(self) -> list[str]:
         """Graph inputs as listed in the model (for IR < 4 they include initializers)."""
@@ -1921,3 +1909,16 @@ _CLONED_FIELDS = {
     "_node_types",
     "_node_protos",
 }
+
+
+_NameIndex = tuple[list[onnx.ValueInfoProto], int, dict[str, onnx.ValueInfoProto]]
+
+
+def _by_name(values: list[onnx.ValueInfoProto], cached: _NameIndex | None) -> _NameIndex:
+    """``values`` by name (the first of a repeated name), made again when the list was replaced or has grown."""
+    if cached is not None and cached[0] is values and cached[1] == len(values):
+        return cached
+    index: dict[str, onnx.ValueInfoProto] = {}
+    for vi in values:
+        index.setdefault(vi.name, vi)
+    return values, len(values), index
