@@ -1636,23 +1636,28 @@ class Graph:
 
         Values other than initializers and graph inputs are read as typed by the last inference, none inferred."""
         declared = {v.name: v.type.tensor_type.elem_type for v in self.inputs if v.type.HasField("tensor_type")}
+        inits, types, nested = self._inits, self._types, self.parent is not None
 
         def known(name: str) -> int:
-            owner = self.initializer_owner(name)
-            tensor = owner.initializer(name) if owner is not None else None
+            # initializer_owner and value_type, answered here for a value of this graph (the usual case)
+            tensor = inits.get(name) if name else None
+            if tensor is None and nested:
+                owner = self.initializer_owner(name)
+                tensor = owner.initializer(name) if owner is not None else None
             if tensor is not None:
                 return int(tensor.data_type)
             if name in declared:
                 return int(declared[name])
-            found = self.value_type(name)
+            found = self.value_type(name) if nested else types.get(name)
             return int(found.tensor_type.elem_type) if found is not None and found.HasField("tensor_type") else 0
 
         text = _tensor_type_text
         # the nodes to check, in index order (the node map's), found through the op type index
         ops = [op for op in self._by_op if op.startswith("QLinear") or op in ("QuantizeLinear", "DequantizeLinear")]
         candidates = sorted(index for op in ops for index in self._by_op[op])
-        # per schema: its type constraints as a map, and its output zero point's formal (None: it has none)
-        by_schema: dict[int, tuple[dict[str, frozenset[str]], int | None]] = {}
+        # per schema: each input formal's type string, the types it allows (by their text) and whether it is variadic,
+        # and its output zero point's formal (None: it has none)
+        by_schema: dict[int, tuple[list[tuple[str, frozenset[str], bool]], int | None]] = {}
         nodes = self._nodes
         for index in candidates:
             node = nodes[index]
@@ -1665,19 +1670,25 @@ class Graph:
             facts = by_schema.get(id(schema))
             if facts is None:
                 zps = [k for k, f in enumerate(schema.inputs) if f.name.lower() in _OUTPUT_ZERO_POINTS]
-                facts = by_schema[id(schema)] = (dict(schema.type_constraints), zps[-1] if zps else None)
-            allowed = facts[0]
-            out_zp = facts[1] if qlinear else None  # QLinearWhere's z_zero_point is its output's
+                allowed = dict(schema.type_constraints)
+                formals = [
+                    (f.type_str, allowed.get(f.type_str, frozenset({f.type_str})), f.variadic) for f in schema.inputs
+                ]
+                facts = by_schema[id(schema)] = (formals, zps[-1] if zps else None)
+            formals, out_zp = facts[0], facts[1] if qlinear else None  # QLinearWhere's z_zero_point is its output's
+            last = len(formals) - 1
             bound: dict[str, int] = {}
             for slot, name in enumerate(node.inputs):
-                formal = schema.inputs[min(slot, len(schema.inputs) - 1)]
-                if not name or (slot >= len(schema.inputs) and not formal.variadic) or slot == out_zp:
+                if not name or slot == out_zp:
                     continue  # the output's zero point is checked with the output below
+                type_str, allowed_types, variadic = formals[slot if slot < last else last]
+                if slot > last and not variadic:
+                    continue
                 elem = known(name)
                 if not elem:
                     continue
-                bound.setdefault(formal.type_str, elem)
-                if text(elem) not in allowed.get(formal.type_str, frozenset({formal.type_str})):
+                bound.setdefault(type_str, elem)
+                if text(elem) not in allowed_types:
                     raise ModelError(
                         f"This is an invalid model. Type Error: Type '{text(elem)}' of input parameter ({name}) of "
                         f"operator ({node.op_type}) in node ({node.name}) is invalid."

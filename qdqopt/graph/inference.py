@@ -82,21 +82,23 @@ def _clear_negative_dims(type_proto: onnx.TypeProto) -> bool:
     return False
 
 
-def _without_negative_dims(gp: onnx.GraphProto, subgraphs: bool = True) -> None:
+def _without_negative_dims(gp: onnx.GraphProto, subgraphs: bool = True) -> bool:
     """A graph ONNX's inference can be given: a negative dim declared on a value (invalid ONNX, which ORT keeps as a
     value) becomes unknown, since ONNX's inference functions assume dims are not negative (the ``onnx`` wheel is
     built with assertions: Slice's ``std::clamp`` aborts the whole process on one). ``subgraphs``: False when no
-    node has one."""
+    node has one. Returns whether a dim was made unknown."""
+    changed = False
     for vi in (*gp.input[:], *gp.output[:], *gp.value_info[:]):
-        _clear_negative_dims(vi.type)
+        changed = _clear_negative_dims(vi.type) or changed
     if not subgraphs:
-        return
+        return changed
     for node in gp.node[:]:
         for attr in node.attribute[:]:
             if attr.type == onnx.AttributeProto.GRAPH:
-                _without_negative_dims(attr.g)
+                changed = _without_negative_dims(attr.g) or changed
             for sub in attr.graphs:
-                _without_negative_dims(sub)
+                changed = _without_negative_dims(sub) or changed
+    return changed
 
 
 #: a negative int64 in protobuf's wire format (ten bytes, the last one 0x01) as field 1, which a dim's ``dim_value``
@@ -123,9 +125,8 @@ def _infer_shapes(
     graph is only walked for negative dims when its bytes hold a negative varint (its nodes only if it has
     ``subgraphs``), and the result for invented dim names when its bytes hold ``unk__``."""
     data = model.SerializeToString()
-    if _NEGATIVE_VARINT.search(data):
-        _without_negative_dims(model.graph, subgraphs)
-        data = model.SerializeToString()
+    if _NEGATIVE_VARINT.search(data) and _without_negative_dims(model.graph, subgraphs):
+        data = model.SerializeToString()  # (a match in a weight's bytes changes nothing: no need)
     inferred = _onnx_inference.infer_shapes(data, False, False, data_prop)
     out = onnx.ModelProto()
     out.ParseFromString(inferred)

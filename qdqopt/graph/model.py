@@ -28,6 +28,7 @@ saved model's bytes an initializer at a time, where :func:`save_model`'s ModelPr
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import tempfile
 from collections.abc import Callable, Collection, Iterable
@@ -759,10 +760,26 @@ def _constant_to_tensor(node: onnx.NodeProto) -> onnx.TensorProto:
 
 
 def _byte_size(tensor: onnx.TensorProto) -> int:
-    count = int(np.prod(tensor.dims)) if len(tensor.dims) else 1
+    count = _int64_product(tensor.dims)
     if tensor.data_type in _FOUR_BIT:
         return (count * 4 + 7) // 8
-    return count * int(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize)
+    return count * _item_size(tensor.data_type)
+
+
+def _int64_product(dims: Iterable[int]) -> int:
+    """``np.prod`` of int64 dims (1 for none), wrapping around as int64 arithmetic does, without making an array."""
+    count = 1
+    for dim in dims:
+        count *= dim
+    return (count + _INT64_WRAP) % (2 * _INT64_WRAP) - _INT64_WRAP
+
+
+_INT64_WRAP = 1 << 63
+
+
+@functools.cache
+def _item_size(data_type: int) -> int:
+    return int(onnx.helper.tensor_dtype_to_np_dtype(data_type).itemsize)
 
 
 _FOUR_BIT = frozenset({onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.FLOAT4E2M1})

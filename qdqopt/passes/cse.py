@@ -93,13 +93,13 @@ class CommonSubexpressionElimination(GraphTransformer):
                     found = class_of(key, _Representative(name, 0, -1))
                     value_class[name] = found
                 inputs.append(found)
-            disc = 0
-            if not _supported(node):
+            op_key: tuple[object, ...]
+            if _supported(node):
+                grouped = _group_inputs(graph, node, inputs, class_ids)
+                op_key = (node.op_type, normalize_domain(node.domain), grouped, _attribute_key(node), 0)
+            else:  # a class of its own: nothing else in the key matters
                 discriminator += 1
-                disc = discriminator
-            grouped = _group_inputs(graph, node, inputs, class_ids)
-            attrs = _attribute_key(node)
-            op_key = (node.op_type, normalize_domain(node.domain), grouped, attrs, disc)
+                op_key = (discriminator,)
             for index, output in enumerate(node.outputs):
                 found = class_of(("op", op_key, index), _Representative(output, node.index, index))
                 value_class[output] = found

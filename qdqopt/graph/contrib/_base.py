@@ -455,25 +455,33 @@ class _Rule:
             return self.inputs[-1]
         return None
 
-    def bindings(self, node: Node) -> dict[str, int]:
-        """Type string -> element type, from the typed inputs of homogeneous formal parameters (first one wins)."""
-        bound: dict[str, int] = {}
+    def binding(self, node: Node, type_str: str) -> int | None:
+        """The element type ``type_str`` is bound to: the first typed input of a homogeneous formal parameter of
+        that type string whose type it allows binds it (None: no input does). Only the inputs of that type string
+        are asked for their types (each answer crosses from C++ as a new proto)."""
         for index in range(node.num_inputs):
             formal = self._input_formal(index)
+            if formal is None or not formal.homogeneous or formal.type_str != type_str:
+                continue
             found = node.input_type(index)
-            if formal is None or not formal.homogeneous or found is None or formal.type_str in bound:
+            if found is None:
                 continue
             text = _type_string(found)
             if text is not None and text in formal.allowed:
-                bound[formal.type_str] = int(found.tensor_type.elem_type)
-        return bound
+                return int(found.tensor_type.elem_type)
+        return None
 
-    def output_elem(self, index: int, bound: dict[str, int], inferred: int) -> int:
+    def output_elem(self, node: Node, index: int, bound: dict[str, int | None], inferred: int) -> int:
+        """Output ``index``'s element type by the rule (``bound``: the bindings found so far, by type string)."""
         formal = self.outputs[min(index, len(self.outputs) - 1)] if self.outputs else None
         if formal is None:
             return inferred
-        if formal.homogeneous and formal.type_str in bound:
-            return bound[formal.type_str]
+        if formal.homogeneous:
+            if formal.type_str not in bound:
+                bound[formal.type_str] = self.binding(node, formal.type_str)
+            found = bound[formal.type_str]
+            if found is not None:
+                return found
         if len(formal.allowed) == 1:
             return _elem_of(next(iter(formal.allowed)))
         return inferred
@@ -482,12 +490,12 @@ class _Rule:
 def _run(spec: OpSpec, rule: _Rule, ctx: onnx.shape_inference.InferenceContext) -> None:
     node = Node(ctx)
     spec.infer(node)
-    bound = rule.bindings(node)
+    bound: dict[str, int | None] = {}
     for index in range(node.num_outputs):
         if not ctx.has_output(index):
             continue
         inferred = node.outputs.get(index, Inferred())
-        elem = rule.output_elem(index, bound, inferred.elem)
+        elem = rule.output_elem(node, index, bound, inferred.elem)
         if not elem:
             continue
         out = onnx.TypeProto()
