@@ -441,7 +441,9 @@ def _compare_numbers(
             else:
                 mismatch = int(np.count_nonzero(a != b))
                 diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-                what = f"{mismatch} of {a.size} values differ, max |diff| {float(np.nanmax(diff)):.6g}"
+                finite = diff[~np.isnan(diff)]  # NaN where either side is NaN (or both are inf of one sign)
+                largest = f"max |diff| {float(finite.max()):.6g}" if finite.size else "every difference NaN"
+                what = f"{mismatch} of {a.size} values differ, {largest}"
             out.append(Difference("N", f"output {name!r}", what))
     return ok
 
