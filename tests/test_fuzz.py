@@ -182,12 +182,12 @@ def test_finding_signature_blanks_names_and_numbers() -> None:
     assert a.signature == b.signature != c.signature
 
 
-BUDGET = int(os.environ.get("QDQOPT_FUZZ_BUDGET", "24"))
+BUDGET = int(os.environ.get("QDQOPT_FUZZ_BUDGET", "300"))
 
 
 @pytest.fixture(scope="module")
 def ci_run() -> FuzzRun:
-    """A few dozen generated graphs at EXTENDED and ALL, both configs, two child processes."""
+    """Three hundred generated graphs at EXTENDED and ALL, both configs, two child processes (about 30 s)."""
     return fuzz(seed=20261202, budget=BUDGET, jobs=2, levels=("extended", "all"), shrink=False, drift=False)
 
 
