@@ -39,7 +39,14 @@ import onnx
 
 from qdqopt.errors import ModelError
 from qdqopt.graph.core import Graph, Node
-from qdqopt.graph.schema import FunctionKey, function_key, local_functions, normalize_domain, set_local_functions
+from qdqopt.graph.schema import (
+    FunctionKey,
+    function_key,
+    local_functions,
+    normalize_domain,
+    set_local_functions,
+    subgraph_protos,
+)
 
 __all__ = [
     "INLINE_PREFIX",
@@ -82,8 +89,7 @@ def check_not_recursive(functions: Sequence[onnx.FunctionProto]) -> None:
                 key = function_key(node.domain, node.op_type, node.overload)
                 if key in table:
                     out.append((key, node.name))
-                for attr in node.attribute:
-                    pending.extend(g.node for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs))
+                pending.extend(g.node for g in subgraph_protos(node))
         return out
 
     done: set[FunctionKey] = set()

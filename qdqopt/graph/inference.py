@@ -37,6 +37,7 @@ from qdqopt.graph.schema import (
     node_schema,
     normalize_domain,
     parse_type_string,
+    subgraph_protos,
     type_string,
 )
 
@@ -923,18 +924,16 @@ def _all_dim_params(gp: onnx.GraphProto, subgraphs: bool = True) -> set[str]:
     if not subgraphs:
         return names
     for node in gp.node[:]:
-        for attr in node.attribute[:]:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                names |= _all_dim_params(sub)
+        for sub in subgraph_protos(node):
+            names |= _all_dim_params(sub)
     return names
 
 
 def _clear_invented_dims_deep(gp: onnx.GraphProto, declared: set[str]) -> None:
     _clear_invented_dims(gp, declared)
     for node in gp.node[:]:
-        for attr in node.attribute[:]:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                _clear_invented_dims_deep(sub, declared)
+        for sub in subgraph_protos(node):
+            _clear_invented_dims_deep(sub, declared)
 
 
 def _data_graph(graph: Graph) -> onnx.GraphProto:

@@ -45,7 +45,7 @@ from onnx import numpy_helper
 from qdqopt.errors import ModelError
 from qdqopt.graph.core import Graph, Node, node_proto_head, tensor_array
 from qdqopt.graph.inference import fill_unknown, has_dim, infer_model_types, lenient_merge, merge_type, shapes_conflict
-from qdqopt.graph.schema import elem_types, normalize_domain
+from qdqopt.graph.schema import elem_types, normalize_domain, subgraph_protos
 from qdqopt.graph.stdhash import StdUnorderedMap
 
 __all__ = ["Model", "load_model", "merge_type", "save_model", "write_atomic", "write_model"]
@@ -142,9 +142,8 @@ def _check_external_locations(
     for tensor in graph.initializer if initializers is None else initializers:
         _check_external_location(tensor, base, path)
     for node in graph.node[:]:
-        for attr in node.attribute[:]:
-            for sub in ([attr.g] if attr.HasField("g") else []) + attr.graphs[:]:
-                _check_external_locations(sub, base, path)
+        for sub in subgraph_protos(node):
+            _check_external_locations(sub, base, path)
 
 
 def _check_external_location(tensor: onnx.TensorProto, base: Path, path: Path) -> None:
@@ -196,17 +195,26 @@ def load_model(source: str | os.PathLike[str] | onnx.ModelProto, *, inline_local
 
 
 def _check_inputs_defined(
-    gp: onnx.GraphProto, outer: frozenset[str], initializers: Iterable[onnx.TensorProto] | None = None
+    gp: onnx.GraphProto,
+    outer: frozenset[str],
+    initializers: Iterable[onnx.TensorProto] | None = None,
+    parent: onnx.NodeProto | None = None,
 ) -> None:
     """ORT's ``Graph::Resolve`` (BuildConnections): every input a node reads is a graph input, an initializer, a
     node's output or, in a subgraph, a value of an enclosing graph; else the model is invalid. Checked before ONNX's
     shape inference sees the graph: some of its C++ inference functions (LabelEncoder's) read the missing input's
-    type without checking it, and crash the process."""
+    type without checking it, and crash the process.
+
+    A body of an ONNX-domain node (``parent``: If, Loop, Scan) must also list its nodes in topological order: ORT
+    runs ONNX's inference on it at load, which wants each input produced by a node before (or a value of the
+    enclosing graphs, the body's inputs and initializers). ORT sorts the main graph itself: it may come in any
+    order."""
     nodes = gp.node[:]  # (a slice: iterating a upb container ends in an IndexError, which costs)
     known = set(outer)
     known.update(v.name for v in gp.input)
     known.update(t.name for t in (gp.initializer if initializers is None else initializers))
     known.update(s.values.name for s in gp.sparse_initializer)
+    before_nodes = set(known) if parent is not None else set()  # (only a body's order is checked)
     reads: set[str] = set()
     for node in nodes:
         known.update(node.output)
@@ -223,30 +231,19 @@ def _check_inputs_defined(
                         f"node {node.name!r} ({node.op_type}): input {name!r} is not a graph input, initializer, or "
                         "output of a previous node (ORT: Invalid model)"
                     )
-        for attr in node.attribute[:]:
-            if attr.HasField("g") or len(attr.graphs):
-                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                    _check_inputs_defined(sub, frozenset(known))
-                    if normalize_domain(node.domain) == "":
-                        _check_sorted(sub, known, node)
-
-
-def _check_sorted(gp: onnx.GraphProto, outer: Collection[str], parent: onnx.NodeProto) -> None:
-    """ONNX's inference of an If/Loop/Scan body, which ORT runs at load: a subgraph's nodes must come in
-    topological order (a node reads values of the enclosing graphs, the subgraph's inputs and initializers, and
-    outputs of the nodes before it); ORT's main graph is sorted by ORT itself and may come in any order."""
-    seen = set(outer)
-    seen.update(v.name for v in gp.input)
-    seen.update(t.name for t in gp.initializer)
-    seen.update(s.values.name for s in gp.sparse_initializer)
-    for node in gp.node[:]:
-        for name in node.input:
-            if name and name not in seen:
-                raise ModelError(
-                    f"node {node.name!r} ({node.op_type}) in a subgraph of {parent.op_type} {parent.name!r}: input "
-                    f"{name!r} is not output of any previous node (ORT: Nodes in a graph must be topologically sorted)"
-                )
-        seen.update(node.output)
+        for sub in subgraph_protos(node):
+            onnx_node = normalize_domain(node.domain) == ""
+            _check_inputs_defined(sub, frozenset(known), parent=node if onnx_node else None)
+    if parent is not None:
+        for node in nodes:
+            for name in node.input:
+                if name and name not in before_nodes:
+                    raise ModelError(
+                        f"node {node.name!r} ({node.op_type}) in a subgraph of {parent.op_type} {parent.name!r}: "
+                        f"input {name!r} is not output of any previous node (ORT: Nodes in a graph must be "
+                        "topologically sorted)"
+                    )
+            before_nodes.update(node.output)
 
 
 def _check_declared_types(gp: onnx.GraphProto) -> None:
@@ -256,11 +253,9 @@ def _check_declared_types(gp: onnx.GraphProto) -> None:
         bad = next((elem for elem in elem_types(vi.type) if elem not in _DATA_TYPES), None)
         if bad is not None:
             raise ModelError(f"Failed to load model with error: Invalid tensor data type {bad}. (value {vi.name!r})")
-    for node in gp.node:
-        for attr in node.attribute:
-            if attr.HasField("g") or len(attr.graphs):
-                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                    _check_declared_types(sub)
+    for node in gp.node[:]:
+        for sub in subgraph_protos(node):
+            _check_declared_types(sub)
 
 
 def _check_utf8(message: Message, where: str) -> None:

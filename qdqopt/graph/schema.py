@@ -44,6 +44,7 @@ __all__ = [
     "parse_type_string",
     "registry_domains",
     "set_local_functions",
+    "subgraph_protos",
     "type_string",
 ]
 
@@ -54,6 +55,16 @@ _ONNX_ALIASES = {"", "ai.onnx"}
 def normalize_domain(domain: str) -> str:
     """ORT treats ``ai.onnx`` as the default ONNX domain ``""``."""
     return ONNX_DOMAIN if domain in _ONNX_ALIASES else domain
+
+
+def subgraph_protos(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The graphs a NodeProto's attributes hold (``g``, then ``graphs``), attribute by attribute."""
+    out: list[onnx.GraphProto] = []
+    for attr in node.attribute[:]:
+        if attr.HasField("g"):
+            out.append(attr.g)
+        out.extend(attr.graphs[:])
+    return out
 
 
 @dataclass(frozen=True)
