@@ -14,7 +14,7 @@ import onnx
 from qdqopt.config import SessionConfig
 from qdqopt.errors import UsageError
 from qdqopt.graph import Model, load_model, save_model
-from qdqopt.graph.model import write_atomic
+from qdqopt.graph.model import ModelSource, write_atomic
 from qdqopt.levels import Level, parse_level
 from qdqopt.manager import EntryHook, PipelineResult, Snapshot, run_pipeline
 from qdqopt.passes.base import Unsupported
@@ -24,7 +24,6 @@ from qdqopt.target import Target
 
 __all__ = ["OptimizeResult", "optimize", "run"]
 
-ModelSource = str | os.PathLike[str] | onnx.ModelProto
 ConfigSource = Mapping[str, object] | Iterable[str] | None
 
 

@@ -31,10 +31,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qdqopt.api import ConfigSource, ModelSource, OptimizeResult, run
+from qdqopt.api import ConfigSource, OptimizeResult, run
 from qdqopt.errors import UsageError
 from qdqopt.graph import Graph, Model
-from qdqopt.graph.model import write_atomic, write_model
+from qdqopt.graph.model import ModelSource, write_atomic, write_model
 from qdqopt.levels import Level
 from qdqopt.manager import StopRun, TraceEntry
 from qdqopt.plugins import PluginSource

@@ -46,13 +46,16 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 
 from qdqopt.errors import ReferenceError
 from qdqopt.levels import Level, parse_level
 
-_Source = str | os.PathLike[str] | onnx.ModelProto
+if TYPE_CHECKING:
+    from qdqopt.graph.model import ModelSource
+
 _Config = Mapping[str, str] | None
 
 __all__ = [
@@ -275,7 +278,7 @@ def _in_child(run: Callable[[], ReferenceRun], lvl: Level) -> ReferenceRun:
     return answer
 
 
-def _run_reference(model: _Source, lvl: Level, config: _Config, disabled: Sequence[str], log: bool) -> ReferenceRun:
+def _run_reference(model: ModelSource, lvl: Level, config: _Config, disabled: Sequence[str], log: bool) -> ReferenceRun:
     import onnxruntime as ort
 
     so = ort.SessionOptions()

@@ -48,7 +48,10 @@ from qdqopt.graph.inference import fill_unknown, has_dim, infer_model_types, len
 from qdqopt.graph.schema import elem_types, normalize_domain, subgraph_protos
 from qdqopt.graph.stdhash import StdUnorderedMap
 
-__all__ = ["Model", "load_model", "merge_type", "save_model", "write_atomic", "write_model"]
+__all__ = ["Model", "ModelSource", "load_model", "merge_type", "save_model", "write_atomic", "write_model"]
+
+#: what :func:`load_model` takes: a path to an .onnx file, or a ModelProto
+ModelSource = str | os.PathLike[str] | onnx.ModelProto
 
 # Domains ORT 1.32 adds to the saved opset_import when the model lacks them, in the order it appends them [EXP].
 REGISTRY_OPSETS: tuple[tuple[str, int], ...] = (
