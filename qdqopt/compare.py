@@ -22,7 +22,6 @@ a stage the level does not run), a comparison is exactly what it is without plug
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from qdqopt.api import OptimizeResult, run
 from qdqopt.config import SessionConfig
 from qdqopt.diff import TIERS, DiffReport, compare
 from qdqopt.errors import UsageError
-from qdqopt.graph.model import read_model_proto
+from qdqopt.graph.model import ModelSource, read_model_proto
 from qdqopt.levels import Level, parse_level
 from qdqopt.plugins import PluginSource, resolve_plugins
 from qdqopt.reference import ReferenceRun, TraceLine, run_reference
@@ -266,7 +265,7 @@ class PairedRun(_SidesView):
 
 
 def run_paired(
-    model: str | os.PathLike[str] | onnx.ModelProto,
+    model: ModelSource,
     level: Level | int | str,
     *,
     config: Mapping[str, str] | None = None,
@@ -375,7 +374,7 @@ class LevelComparison(_SidesView):
 
 
 def compare_level(
-    model: str | os.PathLike[str] | onnx.ModelProto,
+    model: ModelSource,
     level: Level | int | str,
     *,
     config: Mapping[str, str] | None = None,

@@ -18,18 +18,16 @@ into (``fused``, :class:`~qdqopt.events.Fusion`) or which checks refused it, in 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-import onnx
 
 from qdqopt import events
 from qdqopt.api import run
 from qdqopt.config import SessionConfig
 from qdqopt.errors import UsageError
 from qdqopt.graph import Graph, load_model
+from qdqopt.graph.model import ModelSource
 from qdqopt.levels import Level, parse_level
 from qdqopt.manager import run_pipeline
 from qdqopt.plugins import PluginSource, resolve_plugins
@@ -133,7 +131,7 @@ class _Recorded(Exception):
 
 
 def recorded(
-    model: str | os.PathLike[str] | onnx.ModelProto,
+    model: ModelSource,
     level: Level | int | str,
     through: str,
     *,
@@ -166,7 +164,7 @@ def recorded(
 
 
 def explain(
-    model: str | os.PathLike[str] | onnx.ModelProto,
+    model: ModelSource,
     level: Level | int | str = "extended",
     *,
     config: Mapping[str, object] | Iterable[str] | None = None,
@@ -190,7 +188,7 @@ def explain(
 
 
 def explain_layout(
-    model: str | os.PathLike[str] | onnx.ModelProto,
+    model: ModelSource,
     level: Level | int | str = "layout",
     *,
     config: Mapping[str, object] | Iterable[str] | None = None,
@@ -243,7 +241,7 @@ def fusion_reports(recorded_events: Iterable[events.Event], pass_name: str) -> l
 
 
 def explain_fusions(
-    model: str | os.PathLike[str] | onnx.ModelProto,
+    model: ModelSource,
     level: Level | int | str = "extended",
     *,
     config: Mapping[str, object] | Iterable[str] | None = None,
@@ -296,7 +294,7 @@ def layout_reports(recorded_events: Iterable[events.Event]) -> list[LayoutReport
 
 
 def explain_pass(
-    model: str | os.PathLike[str] | onnx.ModelProto,
+    model: ModelSource,
     pass_name: str,
     level: Level | int | str = "extended",
     *,

@@ -212,7 +212,7 @@ def _captured_stderr() -> Iterator[list[str]]:
 
 
 def run_reference(
-    model: str | os.PathLike[str] | onnx.ModelProto,
+    model: ModelSource,
     level: Level | int | str = Level.ALL,
     *,
     config: Mapping[str, str] | None = None,
@@ -314,7 +314,7 @@ def _run_reference(model: ModelSource, lvl: Level, config: _Config, disabled: Se
     return ReferenceRun(model=saved, trace=trace, log=text, records=parse_log(text))
 
 
-def check_accepted(model: str | os.PathLike[str] | onnx.ModelProto) -> None:
+def check_accepted(model: ModelSource) -> None:
     """Raise :class:`ReferenceError` if ORT's CPU EP cannot create a session for the model at all."""
     run_reference(model, Level.DISABLE_ALL, config={"session.disable_quant_qdq": "1"}, capture_log=False)
 

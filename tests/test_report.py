@@ -12,6 +12,7 @@ then still checked from the HTML itself.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import html.parser
 import os
@@ -313,8 +314,7 @@ def test_sections_fail_when_a_drawing_loses_the_added_ops() -> None:
     data = collect_report(example_model(), "all")
     for app in data.setups[0].applications:
         for piece in app.pieces:
-            nodes = tuple(n.__class__(n.index, n.name, n.op, "context", n.lines, n.tip) for n in piece.after.nodes)
-            piece.after = piece.after.__class__(nodes, piece.after.edges)
+            piece.after = dataclasses.replace(piece.after, status=dict.fromkeys(piece.after.status, "context"))
     with pytest.raises(AssertionError, match="lack the ops"):
         _check_sections(_dom(render_report(data)), "example-default")
 
@@ -374,12 +374,16 @@ def test_a_blank_screenshot_is_caught(tmp_path: Path) -> None:
 
 def test_a_node_without_a_name_is_drawn() -> None:
     """ORT's nodes may have no name: the drawing says so (dot rejects an empty line in a label)."""
-    from qdqopt.report.collect import Region, RegionEdge, RegionNode
+    from qdqopt.report.collect import NodeRecord, Region, RegionEdge
     from qdqopt.report.draw import draw_regions
 
+    def record(index: int, name: str, op: str, lines: tuple[str, ...]) -> NodeRecord:
+        return NodeRecord(index, name, op, "", (), (), lines, (), (), False)
+
     region = Region(
-        (RegionNode(1, "", "Softmax", "added", ("",), ()), RegionNode(2, "b", "Cast", "context", (), ())),
+        (record(1, "", "Softmax", ("",)), record(2, "b", "Cast", ())),
         (RegionEdge(1, 2, "v", "f16[2]"),),
+        {1: "added", 2: "context"},
     )
     (svg,) = draw_regions([(region, "after")])
     assert svg.startswith("<svg") and "(no name)" in svg and 'data-op="Softmax"' in svg

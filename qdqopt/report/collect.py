@@ -30,7 +30,7 @@ from qdqopt.graph import Changes, Graph
 from qdqopt.graph.inference import infer_shapes
 from qdqopt.graph.schema import normalize_domain
 
-__all__ = ["Application", "Collector", "Piece", "Region", "RegionEdge", "RegionNode", "Skeleton"]
+__all__ = ["Application", "Collector", "Piece", "Region", "RegionEdge", "Skeleton"]
 
 #: statuses of a drawn node
 ADDED, REMOVED, REWIRED, CONTEXT = "added", "removed", "rewired", "context"
@@ -319,16 +319,6 @@ def _parse_type_text(text: str) -> onnx.TypeProto | None:
 
 # ------------------------------------------------------------------------------------------------------ regions
 @dataclass(frozen=True)
-class RegionNode:
-    index: int
-    name: str
-    op: str
-    status: str
-    lines: tuple[str, ...]
-    tip: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class RegionEdge:
     src: int
     dst: int
@@ -340,8 +330,10 @@ class RegionEdge:
 class Region:
     """One side (before or after) of a piece: its nodes and the edges between them."""
 
-    nodes: tuple[RegionNode, ...]
+    nodes: tuple[NodeRecord, ...]
     edges: tuple[RegionEdge, ...]
+    #: each drawn node's status on this side (added, removed, rewired, context, ...), by node index
+    status: Mapping[int, str]
     #: graph inputs and outputs the drawn nodes read or write (drawn as small ovals)
     graph_inputs: tuple[tuple[str, int, str], ...] = ()
     graph_outputs: tuple[tuple[str, int, str], ...] = ()
@@ -349,7 +341,7 @@ class Region:
     cut_from: int = 0
 
     def ops(self, *statuses: str) -> set[str]:
-        return {n.op for n in self.nodes if not statuses or n.status in statuses}
+        return {n.op for n in self.nodes if not statuses or self.status[n.index] in statuses}
 
 
 @dataclass
@@ -389,25 +381,22 @@ def _region(
     ordered = [i for i in skeleton.order if i in drawn]
     cut_from = len(ordered) if len(ordered) > MAX_DRAWN else 0
     drawn = set(ordered[:MAX_DRAWN])
-    nodes = []
-    for index in (i for i in ordered if i in drawn):
-        record = skeleton.nodes[index]
-        nodes.append(RegionNode(index, record.name, record.op, status.get(index, CONTEXT), record.lines, record.tip))
+    nodes = [skeleton.nodes[i] for i in ordered if i in drawn]
     edges = []
     inputs = []
     outputs = []
     for node in nodes:
-        record = skeleton.nodes[node.index]
-        for value in record.inputs:
+        for value in node.inputs:
             src = skeleton.producer.get(value)
             if src is not None and src in drawn:
                 edges.append(RegionEdge(src, node.index, value, types[value]))
             elif value in skeleton.graph_inputs:
                 inputs.append((value, node.index, types[value]))
-        for value in record.outputs:
+        for value in node.outputs:
             if value and value in skeleton.graph_outputs:
                 outputs.append((value, node.index, types[value]))
-    return Region(tuple(nodes), tuple(edges), tuple(inputs), tuple(outputs), cut_from)
+    statuses = {node.index: status.get(node.index, CONTEXT) for node in nodes}
+    return Region(tuple(nodes), tuple(edges), statuses, tuple(inputs), tuple(outputs), cut_from)
 
 
 class _Union:
@@ -509,7 +498,7 @@ def _signature(before: Region, after: Region, group: Mapping[str, set[int]]) -> 
 
     def side(region: Region, touched: set[int]) -> tuple[object, ...]:
         ops = {n.index: n.op for n in region.nodes}
-        nodes = sorted((n.op, n.status) for n in region.nodes if n.index in touched)
+        nodes = sorted((n.op, region.status[n.index]) for n in region.nodes if n.index in touched)
         edges = sorted((ops[e.src], ops[e.dst]) for e in region.edges if e.src in touched or e.dst in touched)
         return (tuple(nodes), tuple(edges))
 

@@ -192,9 +192,10 @@ def _svg(layout: _Layout, region: Region, side: str) -> str:
             )
             continue
         lines = _node_lines(node.op, node.name, node.lines)
-        tip = "\n".join([f"{node.op} {node.name!r} ({node.status})", *node.tip])
+        status = region.status[node.index]
+        tip = "\n".join([f"{node.op} {node.name!r} ({status})", *node.tip])
         out.append(
-            f'<g class="n {node.status}" data-op="{html.escape(node.op)}" data-name="{html.escape(node.name)}">'
+            f'<g class="n {status}" data-op="{html.escape(node.op)}" data-name="{html.escape(node.name)}">'
             f"<title>{html.escape(tip)}</title>"
             f'<rect x="{x - nw / 2:.1f}" y="{y - nh / 2:.1f}" width="{nw:.1f}" height="{nh:.1f}" rx="4"/>'
         )
