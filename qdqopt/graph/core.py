@@ -715,10 +715,11 @@ class Graph:
         """``Graph::RemoveNode``: the node and all its edges go; its output values stay known (ORT keeps NodeArgs)."""
         self._before_edit()
         self._record_died(node)
-        for slot, value in enumerate(node.outputs):
-            if value and self._producer.get(value) == (node.index, slot):
-                del self._producer[value]
         index = node.index
+        producer = self._producer
+        for slot, value in enumerate(node.outputs):
+            if value and producer.get(value) == (index, slot):
+                del producer[value]
         consumers = self._consumers
         for value in self._consumed.pop(index, ()):
             readers = consumers.get(value)
@@ -733,13 +734,9 @@ class Graph:
         del succ[index], pred[index], self._nx._node[index]
         self._order = None
         del self._nodes[index]
-        self._sub_nodes.discard(node.index)
-        self._live_names[node.name] -= 1
-        if not self._live_names[node.name]:
-            del self._live_names[node.name]
-        self._op_count[node.qualified_op] -= 1
-        if not self._op_count[node.qualified_op]:
-            del self._op_count[node.qualified_op]
+        self._sub_nodes.discard(index)
+        _count_down(self._live_names, node.name)
+        _count_down(self._op_count, node.qualified_op)
         same_op = self._by_op[node.op_type]
         same_op.discard(index)
         if not same_op:
@@ -768,9 +765,10 @@ class Graph:
         while len(node.inputs) <= slot:
             node.inputs.append("")
         node.inputs[slot] = value
-        self._arg_map.insert(value)
         if value:
-            self._known(value)
+            self._known(value)  # (which inserts it into the NodeArg map)
+        else:
+            self._arg_map.insert(value)
         self._rewire_inputs(node)
         self._note("~", node)
         self.modified = True
@@ -780,9 +778,10 @@ class Graph:
         self._before_edit()
         node.inputs = list(values)
         for value in node.inputs:
-            self._arg_map.insert(value)
             if value:
-                self._known(value)
+                self._known(value)  # (which inserts it into the NodeArg map)
+            else:
+                self._arg_map.insert(value)
         self._rewire_inputs(node)
         self._note("~", node)
         self.modified = True
@@ -822,14 +821,16 @@ class Graph:
         root = self
         while root.parent is not None:
             root = root.parent
+        journal = root._journal
         key = (id(self), node.index)
-        before = root._journal.get(key)
-        if kind == "~" and before is not None:
-            return  # added or already rewired in this stretch
-        if kind == "-" and before is not None and before[0] == "+":
-            del root._journal[key]  # added and removed in this stretch: neither
-            return
-        root._journal[key] = (kind, node.name, node.qualified_op)
+        before = journal.get(key)
+        if before is not None:
+            if kind == "~":
+                return  # added or already rewired in this stretch
+            if kind == "-" and before[0] == "+":
+                del journal[key]  # added and removed in this stretch: neither
+                return
+        journal[key] = (kind, node.name, node.qualified_op)
 
     def node_proto(self, node: Node) -> onnx.NodeProto:
         """``Node::ToProto`` of a node without subgraphs: name, op, domain and doc string (when not empty),
@@ -939,7 +940,7 @@ class Graph:
             for key, data in keys.items()
         ]
         if len(edges) > 1:
-            edges.sort(key=_input_edge_key)
+            edges.sort(key=_INPUT_EDGE_KEY)
         return edges
 
     def output_edge_count(self, node: Node) -> int:
@@ -962,13 +963,17 @@ class Graph:
 
     def input_index(self) -> dict[str, onnx.ValueInfoProto]:
         """The graph inputs by name (the first of a repeated name), kept until ``inputs`` is replaced or grows."""
-        self._input_index = _by_name(self.inputs, self._input_index)
-        return self._input_index[2]
+        cached, values = self._input_index, self.inputs
+        if cached is None or cached[0] is not values or cached[1] != len(values):  # (asked all the time: no call)
+            cached = self._input_index = _by_name(values)
+        return cached[2]
 
     def output_index(self) -> dict[str, onnx.ValueInfoProto]:
         """The graph outputs by name (the first of a repeated name), as :meth:`input_index`."""
-        self._output_index = _by_name(self.outputs, self._output_index)
-        return self._output_index[2]
+        cached, values = self._output_index, self.outputs
+        if cached is None or cached[0] is not values or cached[1] != len(values):
+            cached = self._output_index = _by_name(values)
+        return cached[2]
 
     def graph_input_names(self) -> list[str]:
         """Graph inputs as listed in the model (for IR < 4 they include initializers)."""
@@ -1824,6 +1829,15 @@ class Graph:
 
 
 _NO_SCHEMA = object()
+
+
+def _count_down(counts: collections.Counter[str], key: str) -> None:
+    """One ``key`` fewer in a count of live things (a key whose count drops to 0 goes)."""
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
 #: ``Edge(*fields)`` without the named tuple's Python-level ``__new__``
 _new_edge = tuple.__new__
 
@@ -1834,8 +1848,8 @@ def _tensor_type_text(elem: int) -> str:
     return str(type_string(onnx.helper.make_tensor_type_proto(elem, None)))
 
 
-def _input_edge_key(edge: Edge) -> tuple[int, int, int]:
-    return edge.src, edge.src_slot, edge.dst_slot
+#: the order of one node's input edges: source node, source slot, input slot
+_INPUT_EDGE_KEY = operator.itemgetter(3, 1, 2)
 
 
 def _complete(found: onnx.TypeProto | None) -> bool:
@@ -1925,10 +1939,9 @@ _CLONED_FIELDS = {
 _NameIndex = tuple[list[onnx.ValueInfoProto], int, dict[str, onnx.ValueInfoProto]]
 
 
-def _by_name(values: list[onnx.ValueInfoProto], cached: _NameIndex | None) -> _NameIndex:
-    """``values`` by name (the first of a repeated name), made again when the list was replaced or has grown."""
-    if cached is not None and cached[0] is values and cached[1] == len(values):
-        return cached
+def _by_name(values: list[onnx.ValueInfoProto]) -> _NameIndex:
+    """``values`` by name (the first of a repeated name), with the list and the length it was made for (made again
+    when the list was replaced or has grown)."""
     index: dict[str, onnx.ValueInfoProto] = {}
     for vi in values:
         index.setdefault(vi.name, vi)
