@@ -762,14 +762,19 @@ class Graph:
     def set_input(self, node: Node, slot: int, value: str) -> None:
         """Point input ``slot`` of ``node`` at ``value`` (extending the input list if needed)."""
         self._before_edit()
-        while len(node.inputs) <= slot:
-            node.inputs.append("")
-        node.inputs[slot] = value
+        inputs = node.inputs
+        old = inputs[slot] if slot < len(inputs) else None
+        while len(inputs) <= slot:
+            inputs.append("")
+        inputs[slot] = value
         if value:
             self._known(value)  # (which inserts it into the NodeArg map)
         else:
             self._arg_map.insert(value)
-        self._rewire_inputs(node)
+        if old is None or node.implicit_inputs:  # the slots of implicit inputs follow the explicit ones
+            self._rewire_inputs(node)
+        else:
+            self._rewire_slot(node, slot, old)
         self._note("~", node)
         self.modified = True
 
@@ -923,22 +928,22 @@ class Graph:
     def output_edges(self, node: Node) -> list[Edge]:
         """Output edges in ORT's ``EdgeEndCompare`` order: consumer index, then source slot, then input slot."""
         src = node.index
-        edges = [
-            _new_edge(Edge, (dst, key[0], key[1], src, data["value"]))
-            for dst, keys in self._nx._succ[src].items()
-            for key, data in keys.items()
-        ]
+        edges: list[Edge] = []
+        # (plain loops: a node has one or two edges, for which a comprehension's own frame costs more)
+        for dst, keys in self._nx._succ[src].items():
+            for (src_slot, dst_slot), data in keys.items():
+                edges.append(_new_edge(Edge, (dst, src_slot, dst_slot, src, data["value"])))
         if len(edges) > 1:
             edges.sort()
         return edges
 
     def input_edges(self, node: Node) -> list[Edge]:
+        """Input edges (implicit-input edges included) by source node, then source slot, then input slot."""
         dst = node.index
-        edges = [
-            _new_edge(Edge, (dst, key[0], key[1], src, data["value"]))
-            for src, keys in self._nx._pred[dst].items()
-            for key, data in keys.items()
-        ]
+        edges: list[Edge] = []
+        for src, keys in self._nx._pred[dst].items():
+            for (src_slot, dst_slot), data in keys.items():
+                edges.append(_new_edge(Edge, (dst, src_slot, dst_slot, src, data["value"])))
         if len(edges) > 1:
             edges.sort(key=_INPUT_EDGE_KEY)
         return edges
@@ -1769,14 +1774,39 @@ class Graph:
         self._consumed[index] = consumed
         self._wire_reads(index, all_inputs, succ, preds)
 
+    def _rewire_slot(self, node: Node, slot: int, old: str) -> None:
+        """:meth:`_rewire_inputs` after input ``slot`` of ``node`` (which has no implicit inputs) changed from
+        ``old``: only that slot's edge and readers change, as the other edges already follow the producers."""
+        self._order = None
+        index = node.index
+        succ, preds = self._nx._succ, self._nx._pred[index]
+        if old:
+            found = self._producer.get(old)
+            if found is not None:
+                src = found[0]
+                keys = preds.get(src)
+                if keys is not None:
+                    keys.pop((found[1], slot), None)
+                    if not keys:  # the key dict is shared by succ[src][index] and pred[index][src]
+                        del preds[src], succ[src][index]
+            if old not in node.inputs:  # no longer read
+                self._consumed[index].discard(old)
+                readers = self._consumers.get(old)
+                if readers is not None:
+                    readers.discard(index)
+        value = node.inputs[slot]
+        if value:
+            self._consumed[index].add(value)
+            self._wire_reads(index, [value], succ, preds, slot)
+
     def _wire_reads(
-        self, index: int, inputs: list[str], succ: dict[int, dict[int, Any]], preds: dict[int, Any]
+        self, index: int, inputs: list[str], succ: dict[int, dict[int, Any]], preds: dict[int, Any], first: int = 0
     ) -> None:
-        """Node ``index`` reads ``inputs`` (explicit, then implicit, by slot): it joins each value's readers, and an
-        edge per (producer slot, reader slot) goes into networkx's adjacency, reached directly (``succ`` and the
-        node's ``preds`` share the key dicts)."""
+        """Node ``index`` reads ``inputs`` (explicit, then implicit, by slot from ``first``): it joins each value's
+        readers, and an edge per (producer slot, reader slot) goes into networkx's adjacency, reached directly
+        (``succ`` and the node's ``preds`` share the key dicts)."""
         consumers, producer = self._consumers, self._producer
-        for slot, value in enumerate(inputs):
+        for slot, value in enumerate(inputs, first):
             if not value:
                 continue
             readers = consumers.get(value)
@@ -1807,10 +1837,10 @@ class Graph:
             if consumer is None:
                 continue
             preds = pred[index]
-            for src in [s for s, keys in preds.items() if any(d["value"] == value for d in keys.values())]:
+            stale = [(src, key) for src, keys in preds.items() for key, data in keys.items() if data["value"] == value]
+            for src, key in stale:
                 keys = preds[src]
-                for key in [k for k, d in keys.items() if d["value"] == value]:
-                    del keys[key]
+                del keys[key]
                 if not keys:  # the key dict is shared by succ[src][index] and pred[index][src]
                     del preds[src], succ[src][index]
             if found is None:
@@ -1838,6 +1868,8 @@ def _count_down(counts: collections.Counter[str], key: str) -> None:
         counts[key] = left
     else:
         del counts[key]
+
+
 #: ``Edge(*fields)`` without the named tuple's Python-level ``__new__``
 _new_edge = tuple.__new__
 
