@@ -16,6 +16,8 @@ Besides ``MatchQNode``/``MatchDQNode`` this module holds what several passes ask
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -99,11 +101,16 @@ def is_scalar_arg(graph: Graph, name: str) -> bool:
     if tensor is not None and (
         name not in graph.input_index() or not any(vi.name == name and vi.HasField("type") for vi in graph.inputs)
     ):
-        return len(tensor.dims) == 0 or list(tensor.dims) == [1]
+        return _scalar_dims(tensor.dims)
     shape = graph.shape(name)
     if shape is None:
         return False
     return len(shape) == 0 or (len(shape) == 1 and shape[0] == 1)
+
+
+def _scalar_dims(dims: Sequence[int]) -> bool:
+    """Rank 0, or rank 1 with a dim of 1."""
+    return len(dims) == 0 or (len(dims) == 1 and dims[0] == 1)
 
 
 _ATOL = np.float32(1e-8)
@@ -182,7 +189,12 @@ def _input(node: Node, slot: int) -> str:
 def _constant_scalar(graph: Graph, name: str) -> bool:
     """A constant initializer whose NodeArg is a scalar (the order of the two checks does not matter: both must
     hold, and only a constant initializer needs no type inference)."""
-    return constant_initializer(graph, name) is not None and is_scalar_arg(graph, name)
+    tensor = graph.constant_initializer(name)
+    if tensor is None:
+        return False
+    if name not in graph.input_index():  # (the usual case: is_scalar_arg would look at this tensor's dims)
+        return _scalar_dims(tensor.dims)
+    return is_scalar_arg(graph, name)
 
 
 def has_constant_scalar_scale_and_zp(graph: Graph, node: Node) -> tuple[bool, bool]:
