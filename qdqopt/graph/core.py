@@ -613,18 +613,17 @@ class Graph:
             ep=ep,
             subgraphs=dict(subgraphs or {}),
             original=original,
+            attr_map=attr_map.copy() if attr_map is not None else StdUnorderedMap(memo=True),
         )
-        if attr_map is not None:
-            node.attr_map = attr_map.copy()
-        else:
+        if attr_map is None:
             node.attr_map.update(node.attributes)
         self._next_index += 1
         self._nodes[node.index] = node
         if node.subgraphs:
             self._sub_nodes.add(node.index)
         self._nx_add(node.index)
-        self._live_names[name] += 1
-        self._op_count[node.qualified_op] += 1
+        _count_up(self._live_names, name)
+        _count_up(self._op_count, node.qualified_op)
         self._index_op(node)
         self._unfilled.add(node.index)
         self._note("+", node)
@@ -636,11 +635,11 @@ class Graph:
             if value:
                 self._producer[value] = (node.index, slot)
                 self._produced_at[value] = self.resolves
-                self._known(value)
+                self._known(value, mapped=True)
                 self._connect_consumers_of(value)
         for value in node.inputs:
             if value:
-                self._known(value)
+                self._known(value, mapped=True)
         self._rewire_inputs(node)
         if mark_modified:
             self.modified = True
@@ -1742,14 +1741,17 @@ class Graph:
         self._rewire_inputs(node)
 
     # ------------------------------------------------------------------ internals
-    def _known(self, value: str) -> None:
+    def _known(self, value: str, *, mapped: bool = False) -> None:
+        """The graph knows ``value`` (a new one counts as made by the pass under way) and, unless ``mapped`` says it
+        is there already, it goes into the NodeArg map."""
         if value:
             known = self._known_values
             if value not in known:
                 known.add(value)
                 if self._pass_new is not None:
                     self._pass_new.add(value)
-            self._arg_map.insert(value)
+            if not mapped:
+                self._arg_map.insert(value)
 
     def _since_version(self, node: Node) -> int | None:
         schema = self.schema(node)
@@ -1859,6 +1861,11 @@ class Graph:
 
 
 _NO_SCHEMA = object()
+
+
+def _count_up(counts: collections.Counter[str], key: str) -> None:
+    """One ``key`` more in a count of live things (``counts[key] += 1`` without the Counter's ``__missing__``)."""
+    counts[key] = counts.get(key, 0) + 1
 
 
 def _count_down(counts: collections.Counter[str], key: str) -> None:
