@@ -189,12 +189,17 @@ def _input(node: Node, slot: int) -> str:
 def _constant_scalar(graph: Graph, name: str) -> bool:
     """A constant initializer whose NodeArg is a scalar (the order of the two checks does not matter: both must
     hold, and only a constant initializer needs no type inference)."""
+    return _constant_scalar_tensor(graph, name) is not None
+
+
+def _constant_scalar_tensor(graph: Graph, name: str) -> onnx.TensorProto | None:
+    """The tensor of a constant initializer whose NodeArg is a scalar (see :func:`_constant_scalar`), else None."""
     tensor = graph.constant_initializer(name)
     if tensor is None:
-        return False
+        return None
     if name not in graph.input_index():  # (the usual case: is_scalar_arg would look at this tensor's dims)
-        return _scalar_dims(tensor.dims)
-    return is_scalar_arg(graph, name)
+        return tensor if _scalar_dims(tensor.dims) else None
+    return tensor if is_scalar_arg(graph, name) else None
 
 
 def has_constant_scalar_scale_and_zp(graph: Graph, node: Node) -> tuple[bool, bool]:
@@ -220,10 +225,13 @@ def is_qdq_pair_supported(graph: Graph, q: Node, dq: Node, *, check_op_type: boo
     if len(q.inputs) != TOTAL_COUNT or len(dq.inputs) != TOTAL_COUNT:
         return False
     names = (q.inputs[SCALE_ID], q.inputs[ZERO_POINT_ID], dq.inputs[SCALE_ID], dq.inputs[ZERO_POINT_ID])
-    if not all(_constant_scalar(graph, n) for n in names):
-        return False
-    tensors = [constant_initializer(graph, n) for n in names]
-    q_scale_t, q_zp_t, dq_scale_t, dq_zp_t = (t for t in tensors if t is not None)
+    tensors: list[onnx.TensorProto] = []
+    for name in names:  # in order, up to the first that is not a constant scalar
+        tensor = _constant_scalar_tensor(graph, name)
+        if tensor is None:
+            return False
+        tensors.append(tensor)
+    q_scale_t, q_zp_t, dq_scale_t, dq_zp_t = tensors
     if q_zp_t.data_type != dq_zp_t.data_type or q_scale_t.data_type != dq_scale_t.data_type:
         return False
     q_scale, q_zp, dq_scale, dq_zp = (constant_array(graph, n) for n in names)
