@@ -613,18 +613,17 @@ class Graph:
             ep=ep,
             subgraphs=dict(subgraphs or {}),
             original=original,
+            attr_map=attr_map.copy() if attr_map is not None else StdUnorderedMap(memo=True),
         )
-        if attr_map is not None:
-            node.attr_map = attr_map.copy()
-        else:
+        if attr_map is None:
             node.attr_map.update(node.attributes)
         self._next_index += 1
         self._nodes[node.index] = node
         if node.subgraphs:
             self._sub_nodes.add(node.index)
         self._nx_add(node.index)
-        self._live_names[name] += 1
-        self._op_count[node.qualified_op] += 1
+        _count_up(self._live_names, name)
+        _count_up(self._op_count, node.qualified_op)
         self._index_op(node)
         self._unfilled.add(node.index)
         self._note("+", node)
@@ -636,11 +635,11 @@ class Graph:
             if value:
                 self._producer[value] = (node.index, slot)
                 self._produced_at[value] = self.resolves
-                self._known(value)
+                self._known(value, mapped=True)
                 self._connect_consumers_of(value)
         for value in node.inputs:
             if value:
-                self._known(value)
+                self._known(value, mapped=True)
         self._rewire_inputs(node)
         if mark_modified:
             self.modified = True
@@ -715,10 +714,11 @@ class Graph:
         """``Graph::RemoveNode``: the node and all its edges go; its output values stay known (ORT keeps NodeArgs)."""
         self._before_edit()
         self._record_died(node)
-        for slot, value in enumerate(node.outputs):
-            if value and self._producer.get(value) == (node.index, slot):
-                del self._producer[value]
         index = node.index
+        producer = self._producer
+        for slot, value in enumerate(node.outputs):
+            if value and producer.get(value) == (index, slot):
+                del producer[value]
         consumers = self._consumers
         for value in self._consumed.pop(index, ()):
             readers = consumers.get(value)
@@ -733,13 +733,9 @@ class Graph:
         del succ[index], pred[index], self._nx._node[index]
         self._order = None
         del self._nodes[index]
-        self._sub_nodes.discard(node.index)
-        self._live_names[node.name] -= 1
-        if not self._live_names[node.name]:
-            del self._live_names[node.name]
-        self._op_count[node.qualified_op] -= 1
-        if not self._op_count[node.qualified_op]:
-            del self._op_count[node.qualified_op]
+        self._sub_nodes.discard(index)
+        _count_down(self._live_names, node.name)
+        _count_down(self._op_count, node.qualified_op)
         same_op = self._by_op[node.op_type]
         same_op.discard(index)
         if not same_op:
@@ -765,13 +761,19 @@ class Graph:
     def set_input(self, node: Node, slot: int, value: str) -> None:
         """Point input ``slot`` of ``node`` at ``value`` (extending the input list if needed)."""
         self._before_edit()
-        while len(node.inputs) <= slot:
-            node.inputs.append("")
-        node.inputs[slot] = value
-        self._arg_map.insert(value)
+        inputs = node.inputs
+        old = inputs[slot] if slot < len(inputs) else None
+        while len(inputs) <= slot:
+            inputs.append("")
+        inputs[slot] = value
         if value:
-            self._known(value)
-        self._rewire_inputs(node)
+            self._known(value)  # (which inserts it into the NodeArg map)
+        else:
+            self._arg_map.insert(value)
+        if old is None or node.implicit_inputs:  # the slots of implicit inputs follow the explicit ones
+            self._rewire_inputs(node)
+        else:
+            self._rewire_slot(node, slot, old)
         self._note("~", node)
         self.modified = True
 
@@ -780,9 +782,10 @@ class Graph:
         self._before_edit()
         node.inputs = list(values)
         for value in node.inputs:
-            self._arg_map.insert(value)
             if value:
-                self._known(value)
+                self._known(value)  # (which inserts it into the NodeArg map)
+            else:
+                self._arg_map.insert(value)
         self._rewire_inputs(node)
         self._note("~", node)
         self.modified = True
@@ -822,14 +825,16 @@ class Graph:
         root = self
         while root.parent is not None:
             root = root.parent
+        journal = root._journal
         key = (id(self), node.index)
-        before = root._journal.get(key)
-        if kind == "~" and before is not None:
-            return  # added or already rewired in this stretch
-        if kind == "-" and before is not None and before[0] == "+":
-            del root._journal[key]  # added and removed in this stretch: neither
-            return
-        root._journal[key] = (kind, node.name, node.qualified_op)
+        before = journal.get(key)
+        if before is not None:
+            if kind == "~":
+                return  # added or already rewired in this stretch
+            if kind == "-" and before[0] == "+":
+                del journal[key]  # added and removed in this stretch: neither
+                return
+        journal[key] = (kind, node.name, node.qualified_op)
 
     def node_proto(self, node: Node) -> onnx.NodeProto:
         """``Node::ToProto`` of a node without subgraphs: name, op, domain and doc string (when not empty),
@@ -922,24 +927,24 @@ class Graph:
     def output_edges(self, node: Node) -> list[Edge]:
         """Output edges in ORT's ``EdgeEndCompare`` order: consumer index, then source slot, then input slot."""
         src = node.index
-        edges = [
-            _new_edge(Edge, (dst, key[0], key[1], src, data["value"]))
-            for dst, keys in self._nx._succ[src].items()
-            for key, data in keys.items()
-        ]
+        edges: list[Edge] = []
+        # (plain loops: a node has one or two edges, for which a comprehension's own frame costs more)
+        for dst, keys in self._nx._succ[src].items():
+            for (src_slot, dst_slot), data in keys.items():
+                edges.append(_new_edge(Edge, (dst, src_slot, dst_slot, src, data["value"])))
         if len(edges) > 1:
             edges.sort()
         return edges
 
     def input_edges(self, node: Node) -> list[Edge]:
+        """Input edges (implicit-input edges included) by source node, then source slot, then input slot."""
         dst = node.index
-        edges = [
-            _new_edge(Edge, (dst, key[0], key[1], src, data["value"]))
-            for src, keys in self._nx._pred[dst].items()
-            for key, data in keys.items()
-        ]
+        edges: list[Edge] = []
+        for src, keys in self._nx._pred[dst].items():
+            for (src_slot, dst_slot), data in keys.items():
+                edges.append(_new_edge(Edge, (dst, src_slot, dst_slot, src, data["value"])))
         if len(edges) > 1:
-            edges.sort(key=_input_edge_key)
+            edges.sort(key=_INPUT_EDGE_KEY)
         return edges
 
     def output_edge_count(self, node: Node) -> int:
@@ -962,13 +967,17 @@ class Graph:
 
     def input_index(self) -> dict[str, onnx.ValueInfoProto]:
         """The graph inputs by name (the first of a repeated name), kept until ``inputs`` is replaced or grows."""
-        self._input_index = _by_name(self.inputs, self._input_index)
-        return self._input_index[2]
+        cached, values = self._input_index, self.inputs
+        if cached is None or cached[0] is not values or cached[1] != len(values):  # (asked all the time: no call)
+            cached = self._input_index = _by_name(values)
+        return cached[2]
 
     def output_index(self) -> dict[str, onnx.ValueInfoProto]:
         """The graph outputs by name (the first of a repeated name), as :meth:`input_index`."""
-        self._output_index = _by_name(self.outputs, self._output_index)
-        return self._output_index[2]
+        cached, values = self._output_index, self.outputs
+        if cached is None or cached[0] is not values or cached[1] != len(values):
+            cached = self._output_index = _by_name(values)
+        return cached[2]
 
     def graph_input_names(self) -> list[str]:
         """Graph inputs as listed in the model (for IR < 4 they include initializers)."""
@@ -1732,14 +1741,17 @@ class Graph:
         self._rewire_inputs(node)
 
     # ------------------------------------------------------------------ internals
-    def _known(self, value: str) -> None:
+    def _known(self, value: str, *, mapped: bool = False) -> None:
+        """The graph knows ``value`` (a new one counts as made by the pass under way) and, unless ``mapped`` says it
+        is there already, it goes into the NodeArg map."""
         if value:
             known = self._known_values
             if value not in known:
                 known.add(value)
                 if self._pass_new is not None:
                     self._pass_new.add(value)
-            self._arg_map.insert(value)
+            if not mapped:
+                self._arg_map.insert(value)
 
     def _since_version(self, node: Node) -> int | None:
         schema = self.schema(node)
@@ -1764,14 +1776,39 @@ class Graph:
         self._consumed[index] = consumed
         self._wire_reads(index, all_inputs, succ, preds)
 
+    def _rewire_slot(self, node: Node, slot: int, old: str) -> None:
+        """:meth:`_rewire_inputs` after input ``slot`` of ``node`` (which has no implicit inputs) changed from
+        ``old``: only that slot's edge and readers change, as the other edges already follow the producers."""
+        self._order = None
+        index = node.index
+        succ, preds = self._nx._succ, self._nx._pred[index]
+        if old:
+            found = self._producer.get(old)
+            if found is not None:
+                src = found[0]
+                keys = preds.get(src)
+                if keys is not None:
+                    keys.pop((found[1], slot), None)
+                    if not keys:  # the key dict is shared by succ[src][index] and pred[index][src]
+                        del preds[src], succ[src][index]
+            if old not in node.inputs:  # no longer read
+                self._consumed[index].discard(old)
+                readers = self._consumers.get(old)
+                if readers is not None:
+                    readers.discard(index)
+        value = node.inputs[slot]
+        if value:
+            self._consumed[index].add(value)
+            self._wire_reads(index, [value], succ, preds, slot)
+
     def _wire_reads(
-        self, index: int, inputs: list[str], succ: dict[int, dict[int, Any]], preds: dict[int, Any]
+        self, index: int, inputs: list[str], succ: dict[int, dict[int, Any]], preds: dict[int, Any], first: int = 0
     ) -> None:
-        """Node ``index`` reads ``inputs`` (explicit, then implicit, by slot): it joins each value's readers, and an
-        edge per (producer slot, reader slot) goes into networkx's adjacency, reached directly (``succ`` and the
-        node's ``preds`` share the key dicts)."""
+        """Node ``index`` reads ``inputs`` (explicit, then implicit, by slot from ``first``): it joins each value's
+        readers, and an edge per (producer slot, reader slot) goes into networkx's adjacency, reached directly
+        (``succ`` and the node's ``preds`` share the key dicts)."""
         consumers, producer = self._consumers, self._producer
-        for slot, value in enumerate(inputs):
+        for slot, value in enumerate(inputs, first):
             if not value:
                 continue
             readers = consumers.get(value)
@@ -1802,10 +1839,10 @@ class Graph:
             if consumer is None:
                 continue
             preds = pred[index]
-            for src in [s for s, keys in preds.items() if any(d["value"] == value for d in keys.values())]:
+            stale = [(src, key) for src, keys in preds.items() for key, data in keys.items() if data["value"] == value]
+            for src, key in stale:
                 keys = preds[src]
-                for key in [k for k, d in keys.items() if d["value"] == value]:
-                    del keys[key]
+                del keys[key]
                 if not keys:  # the key dict is shared by succ[src][index] and pred[index][src]
                     del preds[src], succ[src][index]
             if found is None:
@@ -1824,6 +1861,22 @@ class Graph:
 
 
 _NO_SCHEMA = object()
+
+
+def _count_up(counts: collections.Counter[str], key: str) -> None:
+    """One ``key`` more in a count of live things (``counts[key] += 1`` without the Counter's ``__missing__``)."""
+    counts[key] = counts.get(key, 0) + 1
+
+
+def _count_down(counts: collections.Counter[str], key: str) -> None:
+    """One ``key`` fewer in a count of live things (a key whose count drops to 0 goes)."""
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
+
+
 #: ``Edge(*fields)`` without the named tuple's Python-level ``__new__``
 _new_edge = tuple.__new__
 
@@ -1834,8 +1887,8 @@ def _tensor_type_text(elem: int) -> str:
     return str(type_string(onnx.helper.make_tensor_type_proto(elem, None)))
 
 
-def _input_edge_key(edge: Edge) -> tuple[int, int, int]:
-    return edge.src, edge.src_slot, edge.dst_slot
+#: the order of one node's input edges: source node, source slot, input slot
+_INPUT_EDGE_KEY = operator.itemgetter(3, 1, 2)
 
 
 def _complete(found: onnx.TypeProto | None) -> bool:
@@ -1925,10 +1978,9 @@ _CLONED_FIELDS = {
 _NameIndex = tuple[list[onnx.ValueInfoProto], int, dict[str, onnx.ValueInfoProto]]
 
 
-def _by_name(values: list[onnx.ValueInfoProto], cached: _NameIndex | None) -> _NameIndex:
-    """``values`` by name (the first of a repeated name), made again when the list was replaced or has grown."""
-    if cached is not None and cached[0] is values and cached[1] == len(values):
-        return cached
+def _by_name(values: list[onnx.ValueInfoProto]) -> _NameIndex:
+    """``values`` by name (the first of a repeated name), with the list and the length it was made for (made again
+    when the list was replaced or has grown)."""
     index: dict[str, onnx.ValueInfoProto] = {}
     for vi in values:
         index.setdefault(vi.name, vi)

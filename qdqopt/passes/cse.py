@@ -67,6 +67,7 @@ class CommonSubexpressionElimination(GraphTransformer):
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         modified = False
         order = graph.topological_order()
+        live = graph.live()
         class_ids: dict[object, int] = {}
         representatives: dict[int, _Representative] = {}
         value_class: dict[str, int] = {}
@@ -81,9 +82,9 @@ class CommonSubexpressionElimination(GraphTransformer):
             return found
 
         for node in order:
-            if graph.node(node.index) is None or node.op_type == "EPContext":
+            if node.index not in live or node.op_type == "EPContext":
                 continue
-            if self.recurse(node, ctx, graph_level):
+            if node.subgraphs and self.recurse(node, ctx, graph_level):
                 modified = True
             inputs: list[int] = []
             for name in node.inputs:
@@ -106,7 +107,7 @@ class CommonSubexpressionElimination(GraphTransformer):
 
         outputs = set(graph.graph_output_names())
         for node in order:
-            if graph.node(node.index) is None or node.op_type == "EPContext":
+            if node.index not in live or node.op_type == "EPContext":
                 continue
             replaced = False
             for index, output in enumerate(node.outputs):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from qdqopt.graph import Edge, Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
+from qdqopt.passes.graph_utils import node_produces_graph_output
 from qdqopt.passes.qdq_util import is_dq
 
 __all__ = ["EnsureUniqueDQForNodeUnit"]
@@ -48,10 +49,11 @@ class EnsureUniqueDQForNodeUnit(GraphTransformer):
 
     @staticmethod
     def _ensure_unique(graph: Graph, dq: Node) -> bool:
-        edges = graph.output_edges(dq)
-        produces_graph_output = any(graph.is_graph_output(v) for v in dq.outputs if v)
-        if not edges or (len(edges) == 1 and not produces_graph_output):
+        count = graph.output_edge_count(dq)
+        produces_graph_output = node_produces_graph_output(graph, dq)
+        if not count or (count == 1 and not produces_graph_output):
             return False
+        edges = graph.output_edges(dq)
         explicit = [e for e in edges if e.dst_slot < len(_node(graph, e.dst).inputs)]
         has_subgraph_consumer = len(explicit) < len(edges)
         keep_first = not produces_graph_output and not has_subgraph_consumer

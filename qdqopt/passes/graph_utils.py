@@ -191,7 +191,11 @@ def is_output_used(graph: Graph, node: Node, index: int) -> bool:
 
 def node_produces_graph_output(graph: Graph, node: Node) -> bool:
     """``Graph::NodeProducesGraphOutput``."""
-    return any(value and graph.is_graph_output(value) for value in node.outputs)
+    outputs = graph.output_index()
+    for value in node.outputs:  # noqa: SIM110 (a loop: asked of most nodes, and any() over a generator costs more)
+        if value and value in outputs:
+            return True
+    return False
 
 
 produces_graph_output = node_produces_graph_output
@@ -225,9 +229,13 @@ def _is_implicit(graph: Graph, edge: Edge) -> bool:
 # ------------------------------------------------------------------------------------------- node removal
 def is_only_one_output_used(graph: Graph, node: Node) -> tuple[bool, str | None]:
     """``IsOnlyOneOutputUsed``: (whether only one output is used, its name)."""
+    return _only_one_output_used(graph, node, graph.output_edges(node))
+
+
+def _only_one_output_used(graph: Graph, node: Node, edges: Sequence[Edge]) -> tuple[bool, str | None]:
+    """:func:`is_only_one_output_used` given the node's output edges (which the caller needs too)."""
     first: int | None = None
     name: str | None = None
-    edges = graph.output_edges(node)
     for edge in edges:
         if first is None:
             first = edge.src_slot
@@ -282,7 +290,8 @@ def _update_implicit_name(graph: Graph, node: Node, removed: str, new: str) -> N
 
 def can_remove_node(graph: Graph, node: Node) -> bool:
     """``graph_utils::CanRemoveNode``."""
-    only_one, _ = is_only_one_output_used(graph, node)
+    edges = graph.output_edges(node)
+    only_one, _ = _only_one_output_used(graph, node, edges)
     if not only_one or node_produces_graph_output(graph, node):
         return False
     in_edges = graph.input_edges(node)
@@ -294,7 +303,7 @@ def can_remove_node(graph: Graph, node: Node) -> bool:
         new_name = node.inputs[0]
     if new_name is None:
         return False
-    return _can_update_implicit_names(graph, graph.output_edges(node), new_name)
+    return _can_update_implicit_names(graph, edges, new_name)
 
 
 def remove_node(graph: Graph, node: Node) -> bool:
@@ -326,7 +335,7 @@ def _redirect_consumer(graph: Graph, edge: Edge, new_name: str) -> None:
     """The consumer at the end of ``edge`` reads ``new_name`` instead (an implicit input of a subgraph renamed)."""
     consumer = graph.node(edge.dst)
     assert consumer is not None
-    if _is_implicit(graph, edge):
+    if edge.dst_slot >= len(consumer.inputs):  # (_is_implicit, the consumer at hand)
         _update_implicit_name(graph, consumer, edge.value, new_name)
     else:
         graph.set_input(consumer, edge.dst_slot, new_name)
@@ -344,7 +353,8 @@ def replace_downstream_node_input(
 
 def can_replace_node_with_initializer(graph: Graph, node: Node, initializer_name: str) -> bool:
     """``graph_utils::CanReplaceNodeWithInitializer``."""
-    only_one, output_name = is_only_one_output_used(graph, node)
+    edges = graph.output_edges(node)
+    only_one, output_name = _only_one_output_used(graph, node, edges)
     if not only_one or output_name is None:
         return False
     changing = output_name != initializer_name
@@ -352,7 +362,7 @@ def can_replace_node_with_initializer(graph: Graph, node: Node, initializer_name
     if n_graph_outputs > 0 and (n_graph_outputs > 1 or changing):
         return False
     if changing:
-        return _can_update_implicit_names(graph, graph.output_edges(node), initializer_name)
+        return _can_update_implicit_names(graph, edges, initializer_name)
     return True
 
 

@@ -47,6 +47,7 @@ import onnx
 from qdqopt.graph import Graph, Node
 from qdqopt.graph.stdhash import StdUnorderedMap
 from qdqopt.passes.base import GraphTransformer, PassContext
+from qdqopt.passes.graph_utils import node_produces_graph_output
 from qdqopt.passes.qdq_util import (
     SCALE_ID,
     ZERO_POINT_ID,
@@ -96,7 +97,7 @@ class QDQPropagationTransformer(GraphTransformer):
         modified = False
         for index in order:
             node = graph.node(index)
-            if node is not None and self.recurse(node, ctx, graph_level):
+            if node is not None and node.subgraphs and self.recurse(node, ctx, graph_level):
                 modified = True
         if _propagate_q_backward(graph, order, self):
             modified = True
@@ -246,8 +247,9 @@ def _scale_and_zero_point(graph: Graph, node: Node) -> tuple[str, str | None] | 
 
 def _propagate_q_backward(graph: Graph, order: list[int], transformer: GraphTransformer) -> bool:
     modified = False
+    live = graph.live()
     for index in order:
-        q = graph.node(index)
+        q = live.get(index)
         if q is None or not is_q(q) or not transformer.node_is_compatible(q):
             continue
         params = _scale_and_zero_point(graph, q)
@@ -277,11 +279,12 @@ def _has_constant_data_input(graph: Graph, dq: Node) -> bool:
 
 def _propagate_dq_forward(graph: Graph, order: list[int], transformer: GraphTransformer) -> bool:
     modified = False
+    live = graph.live()
     for index in order:
-        dq = graph.node(index)
+        dq = live.get(index)
         if dq is None or not is_dq(dq) or not transformer.node_is_compatible(dq):
             continue
-        if any(graph.is_graph_output(v) for v in dq.outputs if v) or graph.output_edge_count(dq) != 1:
+        if graph.output_edge_count(dq) != 1 or node_produces_graph_output(graph, dq):
             continue
         params = _scale_and_zero_point(graph, dq)
         if params is None or _has_constant_data_input(graph, dq):

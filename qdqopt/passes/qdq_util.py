@@ -16,6 +16,8 @@ Besides ``MatchQNode``/``MatchDQNode`` this module holds what several passes ask
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -99,11 +101,16 @@ def is_scalar_arg(graph: Graph, name: str) -> bool:
     if tensor is not None and (
         name not in graph.input_index() or not any(vi.name == name and vi.HasField("type") for vi in graph.inputs)
     ):
-        return len(tensor.dims) == 0 or list(tensor.dims) == [1]
+        return _scalar_dims(tensor.dims)
     shape = graph.shape(name)
     if shape is None:
         return False
     return len(shape) == 0 or (len(shape) == 1 and shape[0] == 1)
+
+
+def _scalar_dims(dims: Sequence[int]) -> bool:
+    """Rank 0, or rank 1 with a dim of 1."""
+    return len(dims) == 0 or (len(dims) == 1 and dims[0] == 1)
 
 
 _ATOL = np.float32(1e-8)
@@ -182,7 +189,17 @@ def _input(node: Node, slot: int) -> str:
 def _constant_scalar(graph: Graph, name: str) -> bool:
     """A constant initializer whose NodeArg is a scalar (the order of the two checks does not matter: both must
     hold, and only a constant initializer needs no type inference)."""
-    return constant_initializer(graph, name) is not None and is_scalar_arg(graph, name)
+    return _constant_scalar_tensor(graph, name) is not None
+
+
+def _constant_scalar_tensor(graph: Graph, name: str) -> onnx.TensorProto | None:
+    """The tensor of a constant initializer whose NodeArg is a scalar (see :func:`_constant_scalar`), else None."""
+    tensor = graph.constant_initializer(name)
+    if tensor is None:
+        return None
+    if name not in graph.input_index():  # (the usual case: is_scalar_arg would look at this tensor's dims)
+        return tensor if _scalar_dims(tensor.dims) else None
+    return tensor if is_scalar_arg(graph, name) else None
 
 
 def has_constant_scalar_scale_and_zp(graph: Graph, node: Node) -> tuple[bool, bool]:
@@ -208,10 +225,13 @@ def is_qdq_pair_supported(graph: Graph, q: Node, dq: Node, *, check_op_type: boo
     if len(q.inputs) != TOTAL_COUNT or len(dq.inputs) != TOTAL_COUNT:
         return False
     names = (q.inputs[SCALE_ID], q.inputs[ZERO_POINT_ID], dq.inputs[SCALE_ID], dq.inputs[ZERO_POINT_ID])
-    if not all(_constant_scalar(graph, n) for n in names):
-        return False
-    tensors = [constant_initializer(graph, n) for n in names]
-    q_scale_t, q_zp_t, dq_scale_t, dq_zp_t = (t for t in tensors if t is not None)
+    tensors: list[onnx.TensorProto] = []
+    for name in names:  # in order, up to the first that is not a constant scalar
+        tensor = _constant_scalar_tensor(graph, name)
+        if tensor is None:
+            return False
+        tensors.append(tensor)
+    q_scale_t, q_zp_t, dq_scale_t, dq_zp_t = tensors
     if q_zp_t.data_type != dq_zp_t.data_type or q_scale_t.data_type != dq_scale_t.data_type:
         return False
     q_scale, q_zp, dq_scale, dq_zp = (constant_array(graph, n) for n in names)

@@ -17,6 +17,7 @@ false).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,18 +124,27 @@ def find_parents_by_type(graph: Graph, node: Node, op_type: str) -> list[Node]:
         src = graph.node(edge.src)
         if src is not None and src.op_type == op_type:
             found.append((edge.dst_slot, src))
-    return [n for _, n in sorted(found, key=lambda t: t[0])]
+    if len(found) > 1:
+        found.sort(key=_FIRST)  # (stable: one slot's producers keep their edge order)
+    return [n for _, n in found]
 
 
 def find_children_by_type(graph: Graph, node: Node, op_type: str) -> list[Node]:
     """``FindChildrenByType``: consumers of that op type, by source output slot then output-edge order."""
-    edges = sorted(graph.output_edges(node), key=lambda e: e.src_slot)
+    edges = graph.output_edges(node)
+    if len(edges) > 1:
+        edges.sort(key=_SRC_SLOT)  # (stable: one output's edges keep their order)
     out: list[Node] = []
     for edge in edges:
         dst = graph.node(edge.dst)
         if dst is not None and dst.op_type == op_type:
             out.append(dst)
     return out
+
+
+_FIRST = operator.itemgetter(0)
+#: an :class:`~qdqopt.graph.Edge`'s source slot
+_SRC_SLOT = operator.itemgetter(1)
 
 
 def _rank0(graph: Graph, name: str) -> onnx.TensorProto | None:

@@ -76,10 +76,11 @@ def optimize(ctx: OptimizerCtx) -> bool:
                         ctx.outputs_leading.add(node.inputs[j])
     changed = False
     have_dq = False
+    live = graph.live()
     for node in nodes:
         if node.op_type == "DequantizeLinear":
             have_dq = True
-        if graph.node(node.index) is None:
+        if node.index not in live:
             # ORT never deletes a node before reaching it; a removed node keeps its inputs
             continue
         if not ctx.can_modify(node):
@@ -87,7 +88,7 @@ def optimize(ctx: OptimizerCtx) -> bool:
         for j, value in enumerate(list(node.inputs)):
             if not value:
                 continue
-            transpose = ctx.producer(value)
+            transpose = graph.producer(value)
             if transpose is not None and transpose.op_type == "Transpose" and normalize_domain(transpose.domain) == "":
                 perm = ctx.perm_of(transpose)
                 if perm is not None and process_transpose(ctx, transpose, node, perm, j):
@@ -96,7 +97,7 @@ def optimize(ctx: OptimizerCtx) -> bool:
     if not have_dq:
         return changed
     for node in graph.topological_order():
-        if graph.node(node.index) is None or not ctx.can_modify(node):
+        if node.index not in live or not ctx.can_modify(node):
             continue
         if try_constant_fold(ctx, node):
             changed = True
