@@ -23,7 +23,7 @@ the results and decides when to run it again:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import onnx
@@ -321,10 +321,7 @@ def _types_of(
     ``invented`` any)."""
     if invented:
         _clear_invented_dims(g, declared)
-    types: dict[str, onnx.TypeProto] = {}
-    for v in [*g.input[:], *g.output[:], *g.value_info[:]]:  # inferred value_info last: it knows most
-        if v.HasField("type") and (not v.type.HasField("tensor_type") or v.type.tensor_type.elem_type):
-            types[v.name] = v.type
+    types = dict(_typed_values(g))  # inferred value_info last: it knows most
     if subgraphs:
         _subgraph_types(g, types, invented)
     return types
@@ -557,10 +554,19 @@ def _subgraph_types(gp: onnx.GraphProto, types: dict[str, onnx.TypeProto], inven
             sub = attr.g
             if invented:
                 _clear_invented_dims(sub, _dim_params(sub))
-            for v in [*sub.input[:], *sub.output[:], *sub.value_info[:]]:
-                if v.HasField("type") and (not v.type.HasField("tensor_type") or v.type.tensor_type.elem_type):
-                    types.setdefault(v.name, v.type)
+            for name, found in _typed_values(sub):
+                types.setdefault(name, found)
             _subgraph_types(sub, types, invented)
+
+
+def _typed_values(gp: onnx.GraphProto) -> Iterator[tuple[str, onnx.TypeProto]]:
+    """The name and type of each graph input, output and value_info entry (in that order) that has a type, and an
+    element type if it is a tensor's."""
+    for v in (*gp.input[:], *gp.output[:], *gp.value_info[:]):
+        if v.HasField("type"):
+            found = v.type
+            if not found.HasField("tensor_type") or found.tensor_type.elem_type:
+                yield v.name, found
 
 
 def _dim_params(gp: onnx.GraphProto) -> set[str]:
