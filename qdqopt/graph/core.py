@@ -1263,11 +1263,12 @@ class Graph:
             types = self._data_types = {}
         for vi in (*inferred.input[:], *inferred.output[:], *inferred.value_info[:]):
             if vi.HasField("type"):
-                previous = types.get(vi.name)
+                name, found = vi.name, vi.type
+                previous = types.get(name)
                 # what this inference leaves unknown the NodeArg keeps from before (ORT merges, never clears a dim
                 # for want of information: a DQ duplicated from a Loop's output, whose declared dims ONNX cannot
                 # infer, feeds values that keep theirs; knownx/fz_loop_output_nhwc)
-                types[vi.name] = inference.fill_unknown(vi.type, previous) if previous is not None else vi.type
+                types[name] = found if previous is None else inference.fill_unknown(found, previous)
         if not self._sub_nodes:
             return
         order = self.topological_order()

@@ -23,7 +23,7 @@ the results and decides when to run it again:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import onnx
@@ -321,10 +321,7 @@ def _types_of(
     ``invented`` any)."""
     if invented:
         _clear_invented_dims(g, declared)
-    types: dict[str, onnx.TypeProto] = {}
-    for v in [*g.input[:], *g.output[:], *g.value_info[:]]:  # inferred value_info last: it knows most
-        if v.HasField("type") and (not v.type.HasField("tensor_type") or v.type.tensor_type.elem_type):
-            types[v.name] = v.type
+    types = dict(_typed_values(g))  # inferred value_info last: it knows most
     if subgraphs:
         _subgraph_types(g, types, invented)
     return types
@@ -557,10 +554,19 @@ def _subgraph_types(gp: onnx.GraphProto, types: dict[str, onnx.TypeProto], inven
             sub = attr.g
             if invented:
                 _clear_invented_dims(sub, _dim_params(sub))
-            for v in [*sub.input[:], *sub.output[:], *sub.value_info[:]]:
-                if v.HasField("type") and (not v.type.HasField("tensor_type") or v.type.tensor_type.elem_type):
-                    types.setdefault(v.name, v.type)
+            for name, found in _typed_values(sub):
+                types.setdefault(name, found)
             _subgraph_types(sub, types, invented)
+
+
+def _typed_values(gp: onnx.GraphProto) -> Iterator[tuple[str, onnx.TypeProto]]:
+    """The name and type of each graph input, output and value_info entry (in that order) that has a type, and an
+    element type if it is a tensor's."""
+    for v in (*gp.input[:], *gp.output[:], *gp.value_info[:]):
+        if v.HasField("type"):
+            found = v.type
+            if not found.HasField("tensor_type") or found.tensor_type.elem_type:
+                yield v.name, found
 
 
 def _dim_params(gp: onnx.GraphProto) -> set[str]:
@@ -708,7 +714,7 @@ def infer_types(graph: Graph) -> None:
         for domain, version in sorted(root_of(graph).opsets.items()):
             model.opset_import.append(onnx.helper.make_opsetid(domain, version))
         model.functions.extend(local_functions(graph).values())  # calls of them are typed through their bodies
-        model.graph.CopyFrom(_resolve_graph(graph))
+        _fill_resolve_graph(model.graph, graph)
         try:
             inferred, invented = _infer_shapes(model, subgraphs=next(graph.subgraphs(), None) is not None)
         except Exception:  # onnx gave up on the whole model: keep what the schemas can tell
@@ -722,7 +728,14 @@ def infer_types(graph: Graph) -> None:
 
 def _resolve_graph(graph: Graph) -> onnx.GraphProto:
     """The graph for ONNX shape inference: initializers as typed value_info (no data), the known types given."""
-    gp = onnx.GraphProto(name=graph.name or "g")
+    gp = onnx.GraphProto()
+    _fill_resolve_graph(gp, graph)
+    return gp
+
+
+def _fill_resolve_graph(gp: onnx.GraphProto, graph: Graph) -> None:
+    """:func:`_resolve_graph` into the empty ``gp``."""
+    gp.name = graph.name or "g"
     gp.input.extend(graph.inputs)
     gp.output.extend(graph.outputs)
     declared = {v.name for v in (*graph.inputs, *graph.outputs)}
@@ -750,7 +763,6 @@ def _resolve_graph(graph: Graph) -> onnx.GraphProto:
                     entry.type.CopyFrom(known)
                 declared.add(value)
     gp.node.extend(_node_protos(graph, order, _resolve_graph))
-    return gp
 
 
 def _node_protos(graph: Graph, order: list[Node], subgraph: Callable[[Graph], onnx.GraphProto]) -> list[onnx.NodeProto]:
@@ -895,7 +907,7 @@ def infer_with_data(root: Graph) -> onnx.GraphProto:
     model = onnx.ModelProto(ir_version=onnx.IR_VERSION)
     for domain, version in sorted(root.opsets.items()):
         model.opset_import.append(onnx.helper.make_opsetid(domain, version))
-    model.graph.CopyFrom(_data_graph(root))
+    _fill_data_graph(model.graph, root)
     subgraphs = next(root.subgraphs(), None) is not None
     declared = _all_dim_params(model.graph, subgraphs)
     given = onnx.ModelProto()
@@ -937,7 +949,16 @@ def _clear_invented_dims_deep(gp: onnx.GraphProto, declared: set[str]) -> None:
 
 
 def _data_graph(graph: Graph) -> onnx.GraphProto:
-    gp = onnx.GraphProto(name=graph.name or "g")
+    """The graph for :func:`infer_with_data`: the data of its constant initializers that inference can use (the
+    others as typed value_info)."""
+    gp = onnx.GraphProto()
+    _fill_data_graph(gp, graph)
+    return gp
+
+
+def _fill_data_graph(gp: onnx.GraphProto, graph: Graph) -> None:
+    """:func:`_data_graph` into the empty ``gp``."""
+    gp.name = graph.name or "g"
     gp.input.extend(graph.inputs)
     gp.output.extend(graph.outputs)
     gp.value_info.extend(graph.value_info)
@@ -954,7 +975,6 @@ def _data_graph(graph: Graph) -> onnx.GraphProto:
             continue
         gp.initializer.append(tensor)
     gp.node.extend(_node_protos(graph, graph.topological_order(), _data_graph))
-    return gp
 
 
 #: the largest initializer (in elements) whose data shape inference is given: a shape, axes, scales, pads, a k, a

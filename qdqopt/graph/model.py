@@ -38,6 +38,7 @@ from typing import BinaryIO, TypeVar
 
 import numpy as np
 import onnx
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 from onnx import numpy_helper
@@ -266,7 +267,12 @@ def _check_utf8(message: Message, where: str) -> None:
 
     ONNX's strings are UTF-8; ORT's C++ keeps such a name as bytes, but protobuf's Python binding hands it over as
     ``bytes`` where every other name is a ``str``, so qdqopt cannot take the model (an attribute's string is
-    ``bytes`` by type, and read with :meth:`qdqopt.graph.core.Node.attr_str`, which keeps undecodable bytes)."""
+    ``bytes`` by type, and read with :meth:`qdqopt.graph.core.Node.attr_str`, which keeps undecodable bytes).
+
+    The usual model has none, which :func:`_strings_valid` tells at C speed; only then is every message walked in
+    Python, for the first such field (:func:`_find_non_utf8`)."""
+    if _strings_valid(message):
+        return
     found = _find_non_utf8(message)
     if found is None:
         return
@@ -284,6 +290,76 @@ _TENSOR_FIELDS = tuple(
     for d in sorted(onnx.TensorProto.DESCRIPTOR.fields, key=lambda d: d.number)
     if d.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE)
 )
+_TENSOR_STRINGS = tuple(d for d in _TENSOR_FIELDS if d.type == FieldDescriptor.TYPE_STRING)
+_TENSOR_MESSAGES = tuple(d for d in _TENSOR_FIELDS if d.type == FieldDescriptor.TYPE_MESSAGE)
+
+
+#: per message type, the field whose messages :func:`_strings_valid` looks at one by one rather than copy them: a
+#: model's graph, a graph's initializers (the weights)
+_BULKY_FIELDS = {onnx.ModelProto.DESCRIPTOR.full_name: "graph", onnx.GraphProto.DESCRIPTOR.full_name: "initializer"}
+
+
+def _strings_valid(message: Message) -> bool:
+    """True when every string field of ``message`` (nested messages included) is valid UTF-8; False when one may
+    not be (:func:`_find_non_utf8` then says which).
+
+    The message is serialised and parsed back as its twin in :func:`_utf8_verifying_types`, whose parser verifies
+    each string in C; a model's graph and a graph's initializers are left out of that copy and looked at on their
+    own (a TensorProto's strings read directly, so that its data is never copied).
+    """
+    if isinstance(message, onnx.TensorProto):
+        return all(type(getattr(message, d.name)) is str for d in _TENSOR_STRINGS) and not any(
+            _is_set(message, d) for d in _TENSOR_MESSAGES
+        )
+    twin = _utf8_verifying_types().get(message.DESCRIPTOR.full_name)
+    if twin is None:
+        return False
+    bulky = _BULKY_FIELDS.get(message.DESCRIPTOR.full_name, "")
+    parts = _field_messages(message, message.DESCRIPTOR.fields_by_name[bulky]) if bulky else []
+    probe = message
+    try:
+        if parts:
+            probe = type(message)()
+            _copy_fields(probe, message, skip=bulky)  # (a string field read as bytes is refused: ValueError)
+        twin.FromString(probe.SerializeToString())
+    except (DecodeError, ValueError):
+        return False
+    return all(_strings_valid(part) for part in parts)
+
+
+def _field_messages(message: Message, descriptor: FieldDescriptor) -> list[Message]:
+    """The messages a message field holds: none, one, or a repeated field's."""
+    if _is_repeated(descriptor):
+        return getattr(message, descriptor.name)[:]  # type: ignore[no-any-return]
+    return [getattr(message, descriptor.name)] if message.HasField(descriptor.name) else []
+
+
+def _is_set(message: Message, descriptor: FieldDescriptor) -> bool:
+    if _is_repeated(descriptor):
+        return len(getattr(message, descriptor.name)) > 0
+    return bool(message.HasField(descriptor.name))
+
+
+@functools.cache
+def _utf8_verifying_types() -> dict[str, type[Message]]:
+    """ONNX's message types, by full name, as twins whose parser rejects a string field that is not valid UTF-8.
+
+    ``onnx.proto`` is proto2, whose strings protobuf does not verify; the same file declared proto3 (nothing else
+    changed: the wire format, and so what parses, is the same) has upb verify each one as it parses. Empty if the
+    installed ``onnx`` declares its messages in a way proto3 does not allow (every model is then walked)."""
+    file_descriptor = onnx.ModelProto.DESCRIPTOR.file
+    file_proto = descriptor_pb2.FileDescriptorProto()
+    file_descriptor.CopyToProto(file_proto)
+    file_proto.syntax = "proto3"
+    pool = descriptor_pool.DescriptorPool()
+    try:
+        pool.Add(file_proto)
+    except (TypeError, ValueError):
+        return {}
+    return {
+        d.full_name: message_factory.GetMessageClass(pool.FindMessageTypeByName(d.full_name))
+        for d in file_descriptor.message_types_by_name.values()
+    }
 
 
 def _field_kind(descriptor: FieldDescriptor) -> tuple[bool, bool, bool]:

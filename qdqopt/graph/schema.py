@@ -278,6 +278,9 @@ def type_string(type_proto: onnx.TypeProto | None) -> str | None:
 def known_type(type_proto: onnx.TypeProto) -> bool:
     """``type_string(type_proto) is not None``, without making the string (an element type that is no
     ``TensorProto.DataType`` raises ``ValueError`` as there)."""
+    if type_proto.HasField("tensor_type"):  # the usual case, without going through elem_types
+        elem = type_proto.tensor_type.elem_type
+        return bool(elem and _elem_name(elem))
     return all(elem and _elem_name(elem) for elem in elem_types(type_proto))
 
 
