@@ -726,15 +726,9 @@ def infer_types(graph: Graph) -> None:
             return
 
 
-def _resolve_graph(graph: Graph) -> onnx.GraphProto:
-    """The graph for ONNX shape inference: initializers as typed value_info (no data), the known types given."""
-    gp = onnx.GraphProto()
-    _fill_resolve_graph(gp, graph)
-    return gp
-
-
 def _fill_resolve_graph(gp: onnx.GraphProto, graph: Graph) -> None:
-    """:func:`_resolve_graph` into the empty ``gp``."""
+    """Fill the empty ``gp`` with the graph for ONNX shape inference: initializers as typed value_info (no data), the
+    known types given."""
     gp.name = graph.name or "g"
     gp.input.extend(graph.inputs)
     gp.output.extend(graph.outputs)
@@ -762,12 +756,14 @@ def _fill_resolve_graph(gp: onnx.GraphProto, graph: Graph) -> None:
                     entry.name = value
                     entry.type.CopyFrom(known)
                 declared.add(value)
-    gp.node.extend(_node_protos(graph, order, _resolve_graph))
+    gp.node.extend(_node_protos(graph, order, _fill_resolve_graph))
 
 
-def _node_protos(graph: Graph, order: list[Node], subgraph: Callable[[Graph], onnx.GraphProto]) -> list[onnx.NodeProto]:
+def _node_protos(
+    graph: Graph, order: list[Node], fill: Callable[[onnx.GraphProto, Graph], None]
+) -> list[onnx.NodeProto]:
     """The nodes as inference gets them (:meth:`Graph.node_proto`: their doc strings do not matter to it), a
-    node's subgraphs made by ``subgraph``."""
+    node's subgraphs filled in by ``fill``, as the graph itself."""
     out = []
     for node in order:
         if not node.subgraphs:
@@ -781,7 +777,9 @@ def _node_protos(graph: Graph, order: list[Node], subgraph: Callable[[Graph], on
             if sub is None:
                 proto.attribute.append(node.attributes[attr_name])
             else:
-                proto.attribute.append(onnx.helper.make_attribute(attr_name, subgraph(sub)))
+                body = onnx.GraphProto()
+                fill(body, sub)
+                proto.attribute.append(onnx.helper.make_attribute(attr_name, body))
         out.append(proto)
     return out
 
@@ -948,16 +946,9 @@ def _clear_invented_dims_deep(gp: onnx.GraphProto, declared: set[str]) -> None:
             _clear_invented_dims_deep(sub, declared)
 
 
-def _data_graph(graph: Graph) -> onnx.GraphProto:
-    """The graph for :func:`infer_with_data`: the data of its constant initializers that inference can use (the
-    others as typed value_info)."""
-    gp = onnx.GraphProto()
-    _fill_data_graph(gp, graph)
-    return gp
-
-
 def _fill_data_graph(gp: onnx.GraphProto, graph: Graph) -> None:
-    """:func:`_data_graph` into the empty ``gp``."""
+    """Fill the empty ``gp`` with the graph for :func:`infer_with_data`: the data of its constant initializers that
+    inference can use (the others as typed value_info)."""
     gp.name = graph.name or "g"
     gp.input.extend(graph.inputs)
     gp.output.extend(graph.outputs)
@@ -974,7 +965,7 @@ def _fill_data_graph(gp: onnx.GraphProto, graph: Graph) -> None:
                 gp.value_info.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
             continue
         gp.initializer.append(tensor)
-    gp.node.extend(_node_protos(graph, graph.topological_order(), _data_graph))
+    gp.node.extend(_node_protos(graph, graph.topological_order(), _fill_data_graph))
 
 
 #: the largest initializer (in elements) whose data shape inference is given: a shape, axes, scales, pads, a k, a

@@ -40,6 +40,7 @@ Rules (ORT 1.32):
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import onnx
@@ -245,13 +246,21 @@ def _scale_and_zero_point(graph: Graph, node: Node) -> tuple[str, str | None] | 
     return node.inputs[SCALE_ID], node.inputs[ZERO_POINT_ID] if zp_exists else None
 
 
-def _propagate_q_backward(graph: Graph, order: list[int], transformer: GraphTransformer) -> bool:
-    modified = False
+def _live_candidates(
+    graph: Graph, order: list[int], kind: Callable[[Node], bool], transformer: GraphTransformer
+) -> Iterator[Node]:
+    """The nodes of ``order`` of that kind on a compatible EP, each looked up when reached (an earlier propagation
+    may have removed it)."""
     live = graph.live()
     for index in order:
-        q = live.get(index)
-        if q is None or not is_q(q) or not transformer.node_is_compatible(q):
-            continue
+        node = live.get(index)
+        if node is not None and kind(node) and transformer.node_is_compatible(node):
+            yield node
+
+
+def _propagate_q_backward(graph: Graph, order: list[int], transformer: GraphTransformer) -> bool:
+    modified = False
+    for q in _live_candidates(graph, order, is_q, transformer):
         params = _scale_and_zero_point(graph, q)
         if params is None:
             continue
@@ -279,11 +288,7 @@ def _has_constant_data_input(graph: Graph, dq: Node) -> bool:
 
 def _propagate_dq_forward(graph: Graph, order: list[int], transformer: GraphTransformer) -> bool:
     modified = False
-    live = graph.live()
-    for index in order:
-        dq = live.get(index)
-        if dq is None or not is_dq(dq) or not transformer.node_is_compatible(dq):
-            continue
+    for dq in _live_candidates(graph, order, is_dq, transformer):
         if graph.output_edge_count(dq) != 1 or node_produces_graph_output(graph, dq):
             continue
         params = _scale_and_zero_point(graph, dq)
