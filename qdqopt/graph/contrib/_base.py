@@ -385,6 +385,12 @@ class OpSpec:
     since_version: int = 1
     notes: tuple[str, ...] = field(default=())
 
+    @staticmethod
+    def like_first_input(domain: str, *names: str) -> list[OpSpec]:
+        """Specs of ops whose output has the shape and type of their first input
+        (``propagateShapeAndTypeFromFirstInput`` in ORT's schemas)."""
+        return [OpSpec(domain, name, Node.propagate_shape_and_type_from_first_input) for name in names]
+
 
 @functools.cache
 def _ort_schemas() -> dict[tuple[str, str, int], Any]:
