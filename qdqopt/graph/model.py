@@ -88,9 +88,7 @@ class Model:
 
 
 # ---------------------------------------------------------------------------------------------------------- loading
-def read_model_proto(
-    source: str | os.PathLike[str] | onnx.ModelProto, *, initializers: bool = True
-) -> tuple[onnx.ModelProto, Path | None]:
+def read_model_proto(source: ModelSource, *, initializers: bool = True) -> tuple[onnx.ModelProto, Path | None]:
     """Read a model file without following external data outside its folder. Raises :class:`ModelError`.
 
     Without ``initializers``, the main graph comes without them (for a summary of the model, such as its op counts:
@@ -160,7 +158,7 @@ def _check_external_location(tensor: onnx.TensorProto, base: Path, path: Path) -
             raise ModelError(f"{path}: initializer {tensor.name!r}: external data file {location!r} is missing")
 
 
-def load_model(source: str | os.PathLike[str] | onnx.ModelProto, *, inline_local_functions: bool = True) -> Model:
+def load_model(source: ModelSource, *, inline_local_functions: bool = True) -> Model:
     """Load a model as ORT does before any transformer runs.
 
     A model with model-local functions (``ModelProto.functions``, checked not to be recursive) then goes through ORT's
@@ -415,7 +413,7 @@ class _NotSplittable(Exception):
 
 
 def _read_parts(
-    source: str | os.PathLike[str] | onnx.ModelProto,
+    source: ModelSource,
 ) -> tuple[onnx.ModelProto, onnx.GraphProto, list[onnx.TensorProto], Path | None]:
     """The model's fields but its graph (``header``), its main graph but the initializers, the initializers, and the
     model's folder. Raises :class:`ModelError` as :func:`read_model_proto` does.
