@@ -630,16 +630,12 @@ class Graph:
         self._order = None
         node.since_version = self._since_version(node)
         for value in (*node.inputs, *node.outputs):  # GetOrCreateNodeArg: inputs, then outputs
-            self._arg_map.insert(value)
+            self._known(value)
         for slot, value in enumerate(node.outputs):
             if value:
                 self._producer[value] = (node.index, slot)
                 self._produced_at[value] = self.resolves
-                self._known(value, mapped=True)
                 self._connect_consumers_of(value)
-        for value in node.inputs:
-            if value:
-                self._known(value, mapped=True)
         self._rewire_inputs(node)
         if mark_modified:
             self.modified = True
@@ -766,10 +762,7 @@ class Graph:
         while len(inputs) <= slot:
             inputs.append("")
         inputs[slot] = value
-        if value:
-            self._known(value)  # (which inserts it into the NodeArg map)
-        else:
-            self._arg_map.insert(value)
+        self._known(value)
         if old is None or node.implicit_inputs:  # the slots of implicit inputs follow the explicit ones
             self._rewire_inputs(node)
         else:
@@ -782,10 +775,7 @@ class Graph:
         self._before_edit()
         node.inputs = list(values)
         for value in node.inputs:
-            if value:
-                self._known(value)  # (which inserts it into the NodeArg map)
-            else:
-                self._arg_map.insert(value)
+            self._known(value)
         self._rewire_inputs(node)
         self._note("~", node)
         self.modified = True
@@ -801,12 +791,11 @@ class Graph:
             del self._producer[old]
             self._disconnect_consumers_of(old)
         node.outputs[slot] = value
-        self._arg_map.insert(value)
+        self._known(value)
         self._note("~", node)
         if value:
             self._producer[value] = (node.index, slot)
             self._produced_at[value] = self.resolves
-            self._known(value)
             self._connect_consumers_of(value)
         self.modified = True
 
@@ -1742,17 +1731,16 @@ class Graph:
         self._rewire_inputs(node)
 
     # ------------------------------------------------------------------ internals
-    def _known(self, value: str, *, mapped: bool = False) -> None:
-        """The graph knows ``value`` (a new one counts as made by the pass under way) and, unless ``mapped`` says it
-        is there already, it goes into the NodeArg map."""
+    def _known(self, value: str) -> None:
+        """``GetOrCreateNodeArg``: ``value`` goes into the NodeArg map (the empty name too, as ORT's) and, when it has
+        a name, the graph knows it (a new one counts as made by the pass under way)."""
+        self._arg_map.insert(value)
         if value:
             known = self._known_values
             if value not in known:
                 known.add(value)
                 if self._pass_new is not None:
                     self._pass_new.add(value)
-            if not mapped:
-                self._arg_map.insert(value)
 
     def _since_version(self, node: Node) -> int | None:
         schema = self.schema(node)
