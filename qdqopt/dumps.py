@@ -39,7 +39,7 @@ from qdqopt.levels import Level
 from qdqopt.manager import StopRun, TraceEntry
 from qdqopt.plugins import PluginSource
 
-__all__ = ["DumpRun", "StopAfter", "dump_name", "run_with_dumps", "write_atomic"]
+__all__ = ["DumpRun", "StopAfter", "dump_name", "run_with_dumps"]
 
 
 @dataclass(frozen=True)

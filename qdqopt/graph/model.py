@@ -288,8 +288,6 @@ _TENSOR_FIELDS = tuple(
     for d in sorted(onnx.TensorProto.DESCRIPTOR.fields, key=lambda d: d.number)
     if d.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE)
 )
-_TENSOR_STRINGS = tuple(d for d in _TENSOR_FIELDS if d.type == FieldDescriptor.TYPE_STRING)
-_TENSOR_MESSAGES = tuple(d for d in _TENSOR_FIELDS if d.type == FieldDescriptor.TYPE_MESSAGE)
 
 
 #: per message type, the field whose messages :func:`_strings_valid` looks at one by one rather than copy them: a
@@ -305,10 +303,8 @@ def _strings_valid(message: Message) -> bool:
     each string in C; a model's graph and a graph's initializers are left out of that copy and looked at on their
     own (a TensorProto's strings read directly, so that its data is never copied).
     """
-    if isinstance(message, onnx.TensorProto):
-        return all(type(getattr(message, d.name)) is str for d in _TENSOR_STRINGS) and not any(
-            _is_set(message, d) for d in _TENSOR_MESSAGES
-        )
+    if isinstance(message, onnx.TensorProto):  # set fields: strings read as str, no message (external data ...)
+        return all(d.type == FieldDescriptor.TYPE_STRING and type(v) is str for d, v in _set_fields(message))
     twin = _utf8_verifying_types().get(message.DESCRIPTOR.full_name)
     if twin is None:
         return False
@@ -330,12 +326,6 @@ def _field_messages(message: Message, descriptor: FieldDescriptor) -> list[Messa
     if _is_repeated(descriptor):
         return getattr(message, descriptor.name)[:]  # type: ignore[no-any-return]
     return [getattr(message, descriptor.name)] if message.HasField(descriptor.name) else []
-
-
-def _is_set(message: Message, descriptor: FieldDescriptor) -> bool:
-    if _is_repeated(descriptor):
-        return len(getattr(message, descriptor.name)) > 0
-    return bool(message.HasField(descriptor.name))
 
 
 @functools.cache

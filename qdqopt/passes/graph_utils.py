@@ -219,10 +219,8 @@ def node_outputs_in_graph_outputs(graph: Graph, node: Node) -> list[int]:
     return [i for i, value in enumerate(node.outputs) if value and graph.is_graph_output(value)]
 
 
-def _is_implicit(graph: Graph, edge: Edge) -> bool:
-    """``OutputEdgeProvidesImplicitInput``: the edge's slot lies past the consumer's explicit inputs."""
-    consumer = graph.node(edge.dst)
-    assert consumer is not None
+def _is_implicit(edge: Edge, consumer: Node) -> bool:
+    """``OutputEdgeProvidesImplicitInput``: the edge's slot lies past its consumer's explicit inputs."""
     return edge.dst_slot >= len(consumer.inputs)
 
 
@@ -267,11 +265,10 @@ def _can_update_implicit_name(node: Node, removed: str, new: str) -> bool:
 def _can_update_implicit_names(graph: Graph, edges: Sequence[Edge], new: str) -> bool:
     """``CanUpdateImplicitInputNameInSubgraphs``."""
     for edge in edges:
-        if _is_implicit(graph, edge):
-            consumer = graph.node(edge.dst)
-            assert consumer is not None
-            if not _can_update_implicit_name(consumer, edge.value, new):
-                return False
+        consumer = graph.node(edge.dst)
+        assert consumer is not None
+        if _is_implicit(edge, consumer) and not _can_update_implicit_name(consumer, edge.value, new):
+            return False
     return True
 
 
@@ -335,7 +332,7 @@ def _redirect_consumer(graph: Graph, edge: Edge, new_name: str) -> None:
     """The consumer at the end of ``edge`` reads ``new_name`` instead (an implicit input of a subgraph renamed)."""
     consumer = graph.node(edge.dst)
     assert consumer is not None
-    if edge.dst_slot >= len(consumer.inputs):  # (_is_implicit, the consumer at hand)
+    if _is_implicit(edge, consumer):
         _update_implicit_name(graph, consumer, edge.value, new_name)
     else:
         graph.set_input(consumer, edge.dst_slot, new_name)

@@ -103,12 +103,10 @@ def is_scalar_arg(graph: Graph, name: str) -> bool:
     ):
         return _scalar_dims(tensor.dims)
     shape = graph.shape(name)
-    if shape is None:
-        return False
-    return len(shape) == 0 or (len(shape) == 1 and shape[0] == 1)
+    return shape is not None and _scalar_dims(shape)
 
 
-def _scalar_dims(dims: Sequence[int]) -> bool:
+def _scalar_dims(dims: Sequence[object]) -> bool:
     """Rank 0, or rank 1 with a dim of 1."""
     return len(dims) == 0 or (len(dims) == 1 and dims[0] == 1)
 

@@ -88,7 +88,7 @@ def optimize(ctx: OptimizerCtx) -> bool:
         for j, value in enumerate(list(node.inputs)):
             if not value:
                 continue
-            transpose = graph.producer(value)
+            transpose = ctx.producer(value)
             if transpose is not None and transpose.op_type == "Transpose" and normalize_domain(transpose.domain) == "":
                 perm = ctx.perm_of(transpose)
                 if perm is not None and process_transpose(ctx, transpose, node, perm, j):
