@@ -92,6 +92,7 @@ from qdqopt.passes.graph_utils import (
     EdgeToMatch,
     append_tensor_from_initializer,
     check_output_edges,
+    edge_path,
     find_path,
     input_node,
     is_supported_op,
@@ -120,35 +121,23 @@ _GATHER = (1, 11, 13)
 def _head_path(transpose_slot: int, ln_versions: tuple[int, ...]) -> tuple[EdgeToMatch, ...]:
     """q, k or v from its heads back to the LayerNormalization: Transpose (read at ``transpose_slot``) <- Reshape
     <- Add <- MatMul <- LayerNormalization."""
-    return (
-        EdgeToMatch(0, transpose_slot, "Transpose", _TRANSPOSE),
-        EdgeToMatch(0, 0, "Reshape", _RESHAPE),
-        EdgeToMatch(0, 0, "Add", _ADD),
-        EdgeToMatch(0, 0, "MatMul", _MATMUL),
-        EdgeToMatch(0, 0, "LayerNormalization", ln_versions),
-    )
+    return edge_path(
+        (f"Transpose@{transpose_slot}", _TRANSPOSE), ("Reshape", _RESHAPE), ("Add", _ADD), ("MatMul", _MATMUL),
+        ("LayerNormalization", ln_versions),
+    )  # fmt: skip
 
 
 #: path v: from the Add after the LayerNormalization up to it (the output projection, the qkv MatMul, then v)
-PARENT_PATH = (
-    EdgeToMatch(0, 0, "Add", _ADD),
-    EdgeToMatch(0, 0, "MatMul", _MATMUL),
-    EdgeToMatch(0, 0, "Reshape", _RESHAPE),
-    EdgeToMatch(0, 0, "Transpose", _TRANSPOSE),
-    EdgeToMatch(0, 0, "MatMul", _MATMUL),
-    *_head_path(1, _LN),
-)
+PARENT_PATH = edge_path(
+    ("Add", _ADD), ("MatMul", _MATMUL), ("Reshape", _RESHAPE), ("Transpose", _TRANSPOSE), ("MatMul", _MATMUL)
+) + _head_path(1, _LN)
 Q_PATH = _head_path(0, (1,))
 K_PATH = _head_path(1, _LN)
 #: BERT: the mask Add's input 0 back to the q.k MatMul; DistilBERT: the Where's input 2 back to the q Div
-BERT_QK_PATH = (EdgeToMatch(0, 0, "Div", (7, 13)), EdgeToMatch(0, 0, "MatMul", (1, 9)))
-DISTIL_QK_PATH = (EdgeToMatch(0, 2, "MatMul", _MATMUL), EdgeToMatch(0, 0, "Div", (7, 13)))
-DISTIL_MASK_PATH = (
-    EdgeToMatch(0, 0, "Softmax", _SOFTMAX),
-    EdgeToMatch(0, 0, "Where", (9,)),
-    EdgeToMatch(0, 0, "Expand", (8, 13)),
-    EdgeToMatch(0, 0, "Reshape", (1, 5, 13)),
-    EdgeToMatch(0, 0, "Equal", (1, 7, 11, 13)),
+BERT_QK_PATH = edge_path(("Div", (7, 13)), ("MatMul", (1, 9)))
+DISTIL_QK_PATH = edge_path(("MatMul@2", _MATMUL), ("Div", (7, 13)))
+DISTIL_MASK_PATH = edge_path(
+    ("Softmax", _SOFTMAX), ("Where", (9,)), ("Expand", (8, 13)), ("Reshape", (1, 5, 13)), ("Equal", (1, 7, 11, 13))
 )
 
 
@@ -303,9 +292,7 @@ class AttentionFusion(GraphTransformer):
             return NoMatch("Softmax attribute axis is expected to be 3", (softmax.name,))
         if not is_initializer_with_expected_value(graph, where.inputs[1], float("-inf"), is_constant=True):
             return NoMatch("where const not matched.", (where.name,))
-        shape_path = find_path(
-            graph, expand, True, (EdgeToMatch(0, 1, "Shape", _SHAPE), EdgeToMatch(0, 0, "MatMul", _MATMUL))
-        )
+        shape_path = find_path(graph, expand, True, edge_path(("Shape@1", _SHAPE), ("MatMul", _MATMUL)))
         if shape_path is None:
             return NoMatch("Failed to find shape path", (expand.name,))
         shape, qk_matmul = shape_path
@@ -314,7 +301,7 @@ class AttentionFusion(GraphTransformer):
             return NoMatch("the Where's input 2 is not the MatMul the Expand's Shape reads", (where.name,))
         if not is_initializer_with_expected_value(graph, equal.inputs[1], 0.0, is_constant=True):
             return NoMatch("equal const not matched.", (equal.name,))
-        path1 = find_path(graph, reshape, True, (EdgeToMatch(0, 1, "Concat", _CONCAT), *shape_dim_path(0)))
+        path1 = find_path(graph, reshape, True, edge_path(("Concat@1", _CONCAT)) + shape_dim_path(0))
         if path1 is None:
             return NoMatch("Failed to find reshape shape path 1", (reshape.name,))
         concat, unsq1, gather1, shape1 = path1

@@ -71,6 +71,7 @@ from qdqopt.passes.graph_utils import (
     append_tensor_from_initializer,
     check_output_edges,
     constant_initializer,
+    edge_path,
     find_path,
     first_child_by_type,
     input_node,
@@ -98,82 +99,39 @@ _SLICE = (10, 11, 13)
 #: the unidirectional mask's Where fills with this
 GPT_MASK_FILTER = -10000.0
 
-MASK_PATH = (
-    EdgeToMatch(0, 0, "Add", (7, 13)),
-    EdgeToMatch(0, 1, "Mul", (7, 13)),
-    EdgeToMatch(0, 0, "Sub", (7, 13)),
-)
-MASK_FORMAT_1 = (
-    EdgeToMatch(0, 1, "Cast", (9,)),
-    EdgeToMatch(0, 0, "Unsqueeze", (1, 11)),
-    EdgeToMatch(0, 0, "Unsqueeze", (1, 11)),
-)
-MASK_FORMAT_2 = (EdgeToMatch(0, 1, "Unsqueeze", (1, 11)), EdgeToMatch(0, 0, "Unsqueeze", (1, 11)))
+MASK_PATH = edge_path(("Add", (7, 13)), ("Mul@1", (7, 13)), ("Sub", (7, 13)))
+MASK_FORMAT_1 = edge_path(("Cast@1", (9,)), ("Unsqueeze", (1, 11)), ("Unsqueeze", (1, 11)))
+MASK_FORMAT_2 = edge_path(("Unsqueeze@1", (1, 11)), ("Unsqueeze", (1, 11)))
 #: DistilBERT: the output Reshape's shape input back to the Unsqueeze its Concat reads first
-_DISTIL_OUTPUT_SHAPE_PATH = (EdgeToMatch(0, 1, "Concat", _CONCAT), EdgeToMatch(0, 0, "Unsqueeze", _UNSQ))
+_DISTIL_OUTPUT_SHAPE_PATH = edge_path(("Concat@1", _CONCAT), ("Unsqueeze", _UNSQ))
 #: GPT-2's Gemm subgraph, from the first Reshape's Gemm back to the Shape of the subgraph's input (after the
 #: subgraph's last Reshape, :func:`_match_gemm`)
-_GEMM_PATH = (
-    EdgeToMatch(0, 0, "Gemm", (9, 11, 13)),
-    EdgeToMatch(0, 0, "Reshape", _RESHAPE),
-    EdgeToMatch(0, 1, "Concat", _CONCAT),
-    EdgeToMatch(0, 1, "Unsqueeze", _UNSQ),
-    EdgeToMatch(0, 0, "Squeeze", _SQUEEZE),
-    EdgeToMatch(0, 0, "Slice", (1, 10, 11, 13)),
-    EdgeToMatch(0, 0, "Shape", _SHAPE),
-)
+_GEMM_PATH = edge_path(
+    ("Gemm", (9, 11, 13)), ("Reshape", _RESHAPE), ("Concat@1", _CONCAT), ("Unsqueeze@1", _UNSQ), ("Squeeze", _SQUEEZE),
+    ("Slice", (1, 10, 11, 13)), ("Shape", _SHAPE),
+)  # fmt: skip
 #: the unidirectional mask, from the Where back to the Shape of the Div's output
-_UNIDIR_PATH_1 = (
-    EdgeToMatch(0, 0, "Cast", (9, 13)),
-    EdgeToMatch(0, 0, "Slice", _SLICE),
-    EdgeToMatch(0, 0, "Slice", _SLICE),
-    EdgeToMatch(0, 1, "Unsqueeze", (9, 11, 13)),
-    EdgeToMatch(0, 0, "Sub", (7, 13)),
-    EdgeToMatch(0, 0, "Squeeze", _SQUEEZE),
-    EdgeToMatch(0, 0, "Slice", _SLICE),
-    EdgeToMatch(0, 0, "Shape", _SHAPE),
-)
-_UNIDIR_ENDS_PATH = (EdgeToMatch(0, 2, "Unsqueeze", (9, 11, 13)), EdgeToMatch(0, 0, "Squeeze", _SQUEEZE))
-_UNIDIR_PATH_4 = (
-    EdgeToMatch(0, 1, "Squeeze", _SQUEEZE),
-    EdgeToMatch(0, 0, "Slice", _SLICE),
-    EdgeToMatch(0, 0, "Shape", _SHAPE),
-)
-_PAST_K_PATH = (EdgeToMatch(0, 0, "Transpose", _TRANSPOSE), EdgeToMatch(0, 0, "Gather", _GATHER))
-_PRESENT_K_PATH = (
-    EdgeToMatch(0, 0, "Transpose", _TRANSPOSE),
-    EdgeToMatch(0, 0, "Unsqueeze", _UNSQ),
-    EdgeToMatch(0, 0, "Concat", _CONCAT),
-)
-_PRESENT_V_PATH = (
-    EdgeToMatch(0, 1, "Unsqueeze", _UNSQ),
-    EdgeToMatch(0, 0, "Concat", _CONCAT),
-    EdgeToMatch(0, 0, "Gather", _GATHER),
-)
+_UNIDIR_PATH_1 = edge_path(
+    ("Cast", (9, 13)), ("Slice", _SLICE), ("Slice", _SLICE), ("Unsqueeze@1", (9, 11, 13)), ("Sub", (7, 13)),
+    ("Squeeze", _SQUEEZE), ("Slice", _SLICE), ("Shape", _SHAPE),
+)  # fmt: skip
+_UNIDIR_ENDS_PATH = edge_path(("Unsqueeze@2", (9, 11, 13)), ("Squeeze", _SQUEEZE))
+_UNIDIR_PATH_4 = edge_path(("Squeeze@1", _SQUEEZE), ("Slice", _SLICE), ("Shape", _SHAPE))
+_PAST_K_PATH = edge_path(("Transpose", _TRANSPOSE), ("Gather", _GATHER))
+_PRESENT_K_PATH = edge_path(("Transpose", _TRANSPOSE), ("Unsqueeze", _UNSQ), ("Concat", _CONCAT))
+_PRESENT_V_PATH = edge_path(("Unsqueeze@1", _UNSQ), ("Concat", _CONCAT), ("Gather", _GATHER))
 #: GPT-2: from the output projection's input back to the qkv MatMul
-_QKV_MATMUL_PATH = (
-    EdgeToMatch(0, 0, "Reshape", _RESHAPE),
-    EdgeToMatch(0, 0, "Transpose", _TRANSPOSE),
-    EdgeToMatch(0, 0, "MatMul", (1, 9)),
-)
+_QKV_MATMUL_PATH = edge_path(("Reshape", _RESHAPE), ("Transpose", _TRANSPOSE), ("MatMul", (1, 9)))
 
 
 def shape_dim_path(dst_slot: int) -> tuple[EdgeToMatch, ...]:
     """One dim of a value's shape as a 1-D tensor, read at input ``dst_slot``: Unsqueeze <- Gather <- Shape."""
-    return (
-        EdgeToMatch(0, dst_slot, "Unsqueeze", _UNSQ),
-        EdgeToMatch(0, 0, "Gather", _GATHER),
-        EdgeToMatch(0, 0, "Shape", _SHAPE),
-    )
+    return edge_path((f"Unsqueeze@{dst_slot}", _UNSQ), ("Gather", _GATHER), ("Shape", _SHAPE))
 
 
 def _split_path(first_slot: int, split_output: int) -> tuple[EdgeToMatch, ...]:
     """GPT-2: Transpose (read at ``first_slot``) <- Reshape <- output ``split_output`` of the Split."""
-    return (
-        EdgeToMatch(0, first_slot, "Transpose", _TRANSPOSE),
-        EdgeToMatch(0, 0, "Reshape", _RESHAPE),
-        EdgeToMatch(split_output, 0, "Split", _SPLIT),
-    )
+    return edge_path((f"Transpose@{first_slot}", _TRANSPOSE), ("Reshape", _RESHAPE), (f"Split:{split_output}", _SPLIT))
 
 
 @dataclass
@@ -404,7 +362,7 @@ def replace_with_attention(
 def match_input_mask(graph: Graph, qkv_matmul: Node, *, optional: bool = False) -> MaskNodes | NoMatch:
     """``MatchInputMaskSubgraph`` (BERT's Unsqueeze -> Unsqueeze -> [Cast] -> Sub -> Mul -> Add -> Softmax); with
     ``optional`` (GPT-2) a Softmax reading a Where (the unidirectional mask's) has no input mask."""
-    found = find_path(graph, qkv_matmul, True, (EdgeToMatch(0, 0, "Softmax", _SOFTMAX),))
+    found = find_path(graph, qkv_matmul, True, edge_path(("Softmax", _SOFTMAX)))
     if found is None:
         return NoMatch("Failed to find Softmax node")
     softmax = found[0]
@@ -474,7 +432,7 @@ def _slice_parameters(graph: Graph, node: Node, slots: tuple[int, ...], values: 
 
 def _match_gemm(graph: Graph, after: Node, slot: int, shared: bool) -> _Gemm | NoMatch:
     """``MatchGemmSubgraph``: the Gemm subgraph feeding input ``slot`` of ``after``."""
-    path = find_path(graph, after, True, (EdgeToMatch(0, slot, "Reshape", _RESHAPE), *_GEMM_PATH))
+    path = find_path(graph, after, True, edge_path((f"Reshape@{slot}", _RESHAPE)) + _GEMM_PATH)
     if path is None:
         return NoMatch("Faild to match gemm path", (after.name,))
     reshape_after, gemm, reshape_before, concat, unsqueeze, squeeze, slice_, shape = path
@@ -495,7 +453,7 @@ def _match_gemm(graph: Graph, after: Node, slot: int, shared: bool) -> _Gemm | N
         return NoMatch("CheckSliceParameters return false", (slice_.name,))
     if not int_value_is(graph, concat.inputs[0], -1):
         return NoMatch("concat first input value is not -1", (concat.name,))
-    found = find_path(graph, reshape_after, True, (EdgeToMatch(0, 1, "Concat", _CONCAT),))
+    found = find_path(graph, reshape_after, True, edge_path(("Concat@1", _CONCAT)))
     if found is None:
         return NoMatch("Faild to match concat node for Gather paths", (reshape_after.name,))
     concat_after = found[0]
@@ -597,7 +555,7 @@ def _unidir_mask_kind(graph: Graph, name: str) -> bool | NoMatch:
 
 def _match_unidir(graph: Graph, start: Node, shared: bool) -> _Unidir | NoMatch:
     """``MatchUnidirMaskSubgraph``: the unidirectional mask from the Where read by ``start`` (mask Add or Softmax)."""
-    root = find_path(graph, start, True, (EdgeToMatch(0, 0, "Where", (9,)), EdgeToMatch(0, 1, "Div", (7, 13))))
+    root = find_path(graph, start, True, edge_path(("Where", (9,)), ("Div@1", (7, 13))))
     if root is None:
         return NoMatch("Faild to match the path (Div-->Where-->Add) for unidirectional mask", (start.name,))
     where, div = root
@@ -778,7 +736,7 @@ def fuse_gpt_attention(graph: Graph, ln: Node, hidden: int, cache: dict[str, str
     unidir = _match_unidir(graph, mask.remove_always[-1], shared)
     if isinstance(unidir, NoMatch):
         return NoMatch("MatchUnidirMaskSubgraph returns NULL", unidir.nodes, unidir.reasons)
-    found = find_path(graph, unidir.div, True, (EdgeToMatch(0, 0, "MatMul", (1, 9, 13)), *_split_path(0, 0)))
+    found = find_path(graph, unidir.div, True, edge_path(("MatMul", (1, 9, 13))) + _split_path(0, 0))
     if found is None:
         return NoMatch("Failed to find path for q", (unidir.div.name,))
     qk_matmul, q_transpose, q_reshape, q_split = found

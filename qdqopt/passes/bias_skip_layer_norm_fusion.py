@@ -33,8 +33,8 @@ from __future__ import annotations
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
-    EdgeToMatch,
     constant_initializer,
+    edge_path,
     find_path,
     is_constant,
     is_supported_op,
@@ -110,13 +110,10 @@ class BiasSkipLayerNormFusion(GraphTransformer):
         """(SLN slot, the Add, the Add's MatMul-side slot) of the first acceptable path."""
         for sln_slot in (0, 1):
             for matmul_slot in (0, 1):
+                add_step = (f"Add@{sln_slot}", _ADD)
                 paths = (
-                    (EdgeToMatch(0, sln_slot, "Add", _ADD), EdgeToMatch(0, matmul_slot, "MatMul", _MATMUL)),
-                    (
-                        EdgeToMatch(0, sln_slot, "Add", _ADD),
-                        EdgeToMatch(0, matmul_slot, "Cast", _CAST),
-                        EdgeToMatch(0, 0, "MatMul", _MATMUL),
-                    ),
+                    edge_path(add_step, (f"MatMul@{matmul_slot}", _MATMUL)),
+                    edge_path(add_step, (f"Cast@{matmul_slot}", _CAST), ("MatMul", _MATMUL)),
                 )
                 for path in paths:
                     found = find_path(graph, sln, True, path)

@@ -67,6 +67,7 @@ from qdqopt.passes.graph_utils import (
     check_output_edges,
     constant_array,
     constant_initializer,
+    edge_path,
     find_path,
     first_child_by_type,
     is_constant,
@@ -100,27 +101,18 @@ _EQUAL = (1, 7, 11, 13, 19)
 _RESHAPE = (5, 13, 14, 19, 21, 23, 24, 25)
 
 
-def _e(src: int, dst: int, op: str, versions: tuple[int, ...]) -> EdgeToMatch:
-    return EdgeToMatch(src, dst, op, versions)
-
-
-_TAIL_NONZERO = (
-    _e(0, 0, "Transpose", _TRANSPOSE),
-    _e(0, 0, "NonZero", _NONZERO),
-    _e(0, 0, "ConstantOfShape", _CONSTANT_OF_SHAPE),
-    _e(0, 0, "Unsqueeze", _UNSQUEEZE),
-    _e(0, 0, "Gather", _GATHER),
-    _e(0, 0, "Shape", _SHAPE),
-)
+_TAIL_NONZERO = edge_path(
+    ("Transpose", _TRANSPOSE), ("NonZero", _NONZERO), ("ConstantOfShape", _CONSTANT_OF_SHAPE),
+    ("Unsqueeze", _UNSQUEEZE), ("Gather", _GATHER), ("Shape", _SHAPE),
+)  # fmt: skip
 #: the position paths from the position Gather, in ORT's order (NonZero with and without Cast, Range likewise)
 POSITION_PATHS: tuple[tuple[EdgeToMatch, ...], ...] = (
-    (_e(0, 1, "Expand", _EXPAND), _e(0, 0, "Unsqueeze", _UNSQUEEZE), _e(0, 0, "Cast", _CAST),
-     _e(0, 0, "Squeeze", _SQUEEZE), *_TAIL_NONZERO),
-    (_e(0, 1, "Expand", _EXPAND), _e(0, 0, "Unsqueeze", _UNSQUEEZE), _e(0, 0, "Squeeze", _SQUEEZE), *_TAIL_NONZERO),
-    (_e(0, 1, "Expand", _EXPAND), _e(0, 0, "Unsqueeze", _UNSQUEEZE), _e(0, 0, "Range", _RANGE),
-     _e(0, 1, "Cast", _CAST), _e(0, 0, "Gather", _GATHER), _e(0, 0, "Shape", _SHAPE)),
-    (_e(0, 1, "Expand", _EXPAND), _e(0, 0, "Unsqueeze", _UNSQUEEZE), _e(0, 0, "Range", _RANGE),
-     _e(0, 1, "Gather", _GATHER), _e(0, 0, "Shape", _SHAPE)),
+    edge_path(("Expand@1", _EXPAND), ("Unsqueeze", _UNSQUEEZE), ("Cast", _CAST), ("Squeeze", _SQUEEZE)) + _TAIL_NONZERO,
+    edge_path(("Expand@1", _EXPAND), ("Unsqueeze", _UNSQUEEZE), ("Squeeze", _SQUEEZE)) + _TAIL_NONZERO,
+    edge_path(("Expand@1", _EXPAND), ("Unsqueeze", _UNSQUEEZE), ("Range", _RANGE), ("Cast@1", _CAST),
+              ("Gather", _GATHER), ("Shape", _SHAPE)),
+    edge_path(("Expand@1", _EXPAND), ("Unsqueeze", _UNSQUEEZE), ("Range", _RANGE), ("Gather@1", _GATHER),
+              ("Shape", _SHAPE)),
 )  # fmt: skip
 
 
@@ -141,7 +133,7 @@ def _require(ok: bool, *reasons: str) -> None:
         raise _Refused(*reasons)
 
 
-def _require_path(graph: Graph, node: Node, edges: list[EdgeToMatch], *reasons: str) -> list[Node]:
+def _require_path(graph: Graph, node: Node, edges: tuple[EdgeToMatch, ...], *reasons: str) -> list[Node]:
     """``FindPath`` up ``node``'s inputs, or a refusal with ``reasons``."""
     found = find_path(graph, node, True, edges)
     _require(found is not None, *reasons)
@@ -153,7 +145,7 @@ def _embedding_gather(graph: Graph, add: Node, slot: int, what: str) -> tuple[No
     """The ``what`` Gather at ``add``'s input ``slot`` (used by it alone), its embedding table and the table's
     hidden size."""
     (gather,) = _require_path(
-        graph, add, [_e(0, slot, "Gather", _GATHER)], f"no {what} Gather at the Add's input {slot}"
+        graph, add, edge_path((f"Gather@{slot}", _GATHER)), f"no {what} Gather at the Add's input {slot}"
     )
     _require(check_output_edges(graph, gather, 1), f"the {what} Gather has other consumers")
     return gather, gather.inputs[0], _table_width(graph, gather.inputs[0])
@@ -218,9 +210,12 @@ def _tensor_shape(graph: Graph, name: str) -> list[int]:
 def _match_input_to_concat(graph: Graph, cur: Node, input_ids: str, index: int, gather1_expected: Node) -> None:
     """``MatchInputToConcatSubgraph``: ``cur``'s input ``index`` is ``Concat(Unsqueeze(Gather(Shape(ids), 0)),
     Unsqueeze(Gather(Shape(ids), 1)))``, that second Gather being the one the position path went through."""
-    path1 = _require_path(graph, cur, [
-        _e(0, index, "Concat", _CONCAT), _e(0, 0, "Unsqueeze", _UNSQUEEZE), _e(0, 0, "Gather", _GATHER),
-        _e(0, 0, "Shape", _SHAPE)], "Failed to find path 1 of position shape.")  # fmt: skip
+    path1 = _require_path(
+        graph,
+        cur,
+        edge_path((f"Concat@{index}", _CONCAT), ("Unsqueeze", _UNSQUEEZE), ("Gather", _GATHER), ("Shape", _SHAPE)),
+        "Failed to find path 1 of position shape.",
+    )
     for i, n in enumerate(path1):
         if not check_output_edges(graph, n, 1) and i != len(path1) - 1:
             raise _Refused("Output edge count not expected for nodes in path 1 of position shape.")
@@ -230,9 +225,12 @@ def _match_input_to_concat(graph: Graph, cur: Node, input_ids: str, index: int, 
         int_initializer_is(graph, gather0.inputs[1], 0),
         "Second input of Gather in path 1 of position shape should be a constant with value 0.",
     )
-    path2 = _require_path(graph, concat, [
-        _e(0, 1, "Unsqueeze", _UNSQUEEZE), _e(0, 0, "Gather", _GATHER), _e(0, 0, "Shape", _SHAPE)],
-        "Failed to find path 2 of position shape.")  # fmt: skip
+    path2 = _require_path(
+        graph,
+        concat,
+        edge_path(("Unsqueeze@1", _UNSQUEEZE), ("Gather", _GATHER), ("Shape", _SHAPE)),
+        "Failed to find path 2 of position shape.",
+    )
     _require(
         check_output_edges(graph, path2[0], 1) and check_output_edges(graph, path2[1], 2),
         "Output edge count not expected for nodes in path 2 of position shape.",
@@ -284,14 +282,15 @@ def _match_position_from_gather(graph: Graph, position_gather: Node, input_ids: 
         _require(
             int_initializer_is(graph, gather.inputs[1], 1), "Second input of Gather should be a constant with value 1. "
         )
-        found = _require_path(graph, expand, [_e(0, 1, "Shape", _SHAPE)], "Failed to match Shape node. ")
+        found = _require_path(graph, expand, edge_path(("Shape@1", _SHAPE)), "Failed to match Shape node. ")
         _require(
             path[-1].inputs[0] == input_ids and found[0].inputs[0] == input_ids,
             "The parent of shape nodes are expected to be input_ids.",
         )
         return
-    where_path = find_path(graph, expand, True, [
-        _e(0, 1, "Where", _WHERE), _e(0, 0, "Equal", _EQUAL), _e(0, 0, "Reshape", _RESHAPE)])  # fmt: skip
+    where_path = find_path(
+        graph, expand, True, edge_path(("Where@1", _WHERE), ("Equal", _EQUAL), ("Reshape", _RESHAPE))
+    )
     if where_path is not None:
         where, equal, reshape = where_path
         _require(
@@ -312,7 +311,7 @@ def _match_position_from_gather(graph: Graph, position_gather: Node, input_ids: 
 
 def _match_position_embedding(graph: Graph, add: Node, input_ids: str) -> tuple[Node, str]:
     """``MatchPositionEmbeddingSubgraph``: the Gather at ``add``'s input 1 and its table."""
-    (gather,) = _require_path(graph, add, [_e(0, 1, "Gather", _GATHER)], "")
+    (gather,) = _require_path(graph, add, edge_path(("Gather@1", _GATHER)), "")
     _require(check_output_edges(graph, gather, 1), "")
     indices = gather.inputs[1]
     if is_constant(graph, indices):
@@ -369,7 +368,7 @@ class EmbedLayerNormFusion(GraphTransformer):
         if not is_supported_op(attention, "Attention", (1,), MS) or not self.node_is_compatible(attention):
             emit_no_match(NoMatch("the Attention is not com.microsoft Attention-1 on a compatible EP"), ln.name)
             return False
-        found = find_path(graph, ln, True, [_e(0, 0, "Add", _ADD)])
+        found = find_path(graph, ln, True, edge_path(("Add", _ADD)))
         if found is None:
             emit_no_match(NoMatch("no Add before the LayerNormalization"), ln.name)
             return False
@@ -398,7 +397,7 @@ class EmbedLayerNormFusion(GraphTransformer):
         add, word_gather = _require_path(
             graph,
             ln_add,
-            [_e(0, 0, "Add", _ADD), _e(0, 0, "Gather", _GATHER)],
+            edge_path(("Add", _ADD), ("Gather", _GATHER)),
             "no Add(Gather, ...) at the Add's input 0",
         )
         _require(

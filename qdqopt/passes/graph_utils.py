@@ -50,6 +50,7 @@ __all__ = [
     "can_replace_node_with_initializer",
     "constant_array",
     "constant_initializer",
+    "edge_path",
     "finalize_node_fusion",
     "finalize_nodes_fusion",
     "find_path",
@@ -434,6 +435,22 @@ class EdgeToMatch:
     op_type: str
     versions: tuple[int, ...]
     domain: str = ""
+
+
+def edge_path(*steps: tuple[str, tuple[int, ...]]) -> tuple[EdgeToMatch, ...]:
+    """The :class:`EdgeToMatch` chain of a :func:`find_path`, written one ``(op, versions)`` step after the other.
+
+    ``op`` is ``Type[:o][@i]``: the ONNX op type at the edge's other end, then ``:o`` when the edge leaves output
+    ``o`` of its producer (``src_arg_index``) and ``@i`` when it enters input ``i`` of its consumer
+    (``dst_arg_index``), each 0 when left out:
+    ``edge_path(("Transpose@1", (1, 13)), ("Reshape", (5, 13)), ("Split:2", (2, 11, 13)))``.
+    """
+    edges: list[EdgeToMatch] = []
+    for step, versions in steps:
+        op, _, dst = step.partition("@")
+        op_type, _, src = op.partition(":")
+        edges.append(EdgeToMatch(int(src or 0), int(dst or 0), op_type, versions))
+    return tuple(edges)
 
 
 def find_path(graph: Graph, node: Node, is_input_edge: bool, edges: Sequence[EdgeToMatch]) -> list[Node] | None:

@@ -39,10 +39,10 @@ from qdqopt.graph import Graph, Node, ShapeDims, View
 from qdqopt.kernels import input_arg_counts, node_schema
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
-    EdgeToMatch,
     append_tensor_from_initializer,
     can_replace_node_with_initializer,
     check_output_edges,
+    edge_path,
     finalize_nodes_fusion,
     find_path,
     input_node,
@@ -189,11 +189,7 @@ class ReshapeFusion(GraphTransformer):
             graph,
             concat,
             True,
-            [
-                EdgeToMatch(0, index, "Unsqueeze", _UNSQUEEZE),
-                EdgeToMatch(0, 0, "Gather", (1, 11, 13)),
-                EdgeToMatch(0, 0, "Shape", _SHAPE),
-            ],
+            edge_path((f"Unsqueeze@{index}", _UNSQUEEZE), ("Gather", (1, 11, 13)), ("Shape", _SHAPE)),
         )
         if path is None:
             return False
@@ -247,9 +243,7 @@ class ReshapeFusion(GraphTransformer):
         reshape = output_nodes(graph, concat)[0]
         if reshape.op_type != "Reshape":
             return False
-        path = find_path(
-            graph, reshape, True, [EdgeToMatch(0, 0, "Add", (7, 13, 14)), EdgeToMatch(0, 0, "MatMul", (1, 9, 13))]
-        )
+        path = find_path(graph, reshape, True, edge_path(("Add", (7, 13, 14)), ("MatMul", (1, 9, 13))))
         if path is None:
             return False
         add, matmul = path
@@ -280,11 +274,11 @@ class ReshapeFusion(GraphTransformer):
             graph, root, concat, index, shape_value, check_one_element_only=True
         ):
             return True
-        unsqueeze_edge = EdgeToMatch(0, index, "Unsqueeze", _UNSQUEEZE)
+        unsqueeze_step = (f"Unsqueeze@{index}", _UNSQUEEZE)
         path = (
-            find_path(graph, concat, True, [unsqueeze_edge, EdgeToMatch(0, 0, "Div", (7, 13, 14))])
-            or find_path(graph, concat, True, [unsqueeze_edge, EdgeToMatch(0, 0, "Mul", (7, 13, 14))])
-            or find_path(graph, concat, True, [unsqueeze_edge])
+            find_path(graph, concat, True, edge_path(unsqueeze_step, ("Div", (7, 13, 14))))
+            or find_path(graph, concat, True, edge_path(unsqueeze_step, ("Mul", (7, 13, 14))))
+            or find_path(graph, concat, True, edge_path(unsqueeze_step))
         )
         if path is None:
             return False
@@ -305,11 +299,7 @@ class ReshapeFusion(GraphTransformer):
             graph,
             node,
             True,
-            [
-                EdgeToMatch(0, index, "Squeeze", (1, 11, 13, 21, 23, 24, 25)),
-                EdgeToMatch(0, 0, "Slice", (1, 11, 13)),
-                EdgeToMatch(0, 0, "Shape", _SHAPE),
-            ],
+            edge_path((f"Squeeze@{index}", (1, 11, 13, 21, 23, 24, 25)), ("Slice", (1, 11, 13)), ("Shape", _SHAPE)),
         )
         if path is None:
             return False

@@ -30,6 +30,7 @@ from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import (
     EdgeToMatch,
     add_cast,
+    edge_path,
     find_path,
     is_constant,
     is_supported_op,
@@ -45,9 +46,9 @@ DEFAULT_EPSILON = 1e-12
 MS_DOMAIN = "com.microsoft"
 _ADD = (7, 13, 14)
 FORMATS: tuple[tuple[EdgeToMatch, ...], ...] = (
-    (EdgeToMatch(0, 0, "Add", _ADD), EdgeToMatch(0, 0, "Add", _ADD)),
-    (EdgeToMatch(0, 0, "Add", _ADD), EdgeToMatch(0, 1, "Add", _ADD)),
-    (EdgeToMatch(0, 0, "Add", _ADD),),
+    edge_path(("Add", _ADD), ("Add", _ADD)),
+    edge_path(("Add", _ADD), ("Add@1", _ADD)),
+    edge_path(("Add", _ADD)),
 )
 
 
