@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "QDQOPT_ONLY",
+    "TEXTS",
     "Event",
     "EventLog",
     "Fusion",
@@ -69,8 +70,10 @@ __all__ = [
     "active",
     "emit",
     "emit_fused",
+    "emit_matched",
     "emit_no_match",
     "recording",
+    "text",
 ]
 
 
@@ -149,55 +152,44 @@ class Event:
         return self.text
 
 
-# ------------------------------------------------------------------------------------------------ ORT's words
-def no_transformers_text(level: int) -> str:
-    return f"No graph transformers registered for level {level}."
+# ------------------------------------------------------------------------------------------------ the words
+#: What an event of each kind says, as a ``str.format`` template (:func:`text` fills it in): ORT's words for ORT's
+#: kinds, then qdqopt's own (``fused`` and ``dropped`` for a node unit: a transformer fusion says
+#: :attr:`Fusion.text`); a ``no-match`` event says its reason.
+TEXTS: dict[Kind, str] = {
+    Kind.NO_TRANSFORMERS: "No graph transformers registered for level {level}.",
+    Kind.LEVEL: "Applying {count} graph transformer(s) for level {level} for up to {steps} step(s).",
+    Kind.STEP_START: "Graph transformer step {step} of {steps} for level {level} started.",
+    Kind.SKIP: "Skipping graph transformer {name} on step {step} because it should only apply once.",
+    Kind.APPLY: "Applying graph transformer {name} on step {step}.",
+    Kind.MATCHED: "Matched {op_type}",
+    Kind.MODIFIED: "GraphTransformer {name} modified: {modified:d} with status: OK",
+    Kind.REMOVE_INITIALIZER: "Removing initializer '{name}'. It is no longer used by any node.",
+    Kind.REMOVE_NODEARG: "Removing NodeArg '{name}'. It is no longer used by any node.",
+    Kind.STEP_END: "Graph transformer step {step} of {steps} for level {level} completed. graph_changed: {changed:d}.",
+    Kind.STOP: "Stopping graph transformer iteration for level {level} after step {step} because the graph was not"
+    " modified.",
+    Kind.LOOP: "Running graph optimizations in loop {iteration} time/s (Graph Optimizations Loop Level : {loop_level})",
+    Kind.FUSED: "{unit.op} unit fused into {unit.result_op} (rule {unit.rule})",
+    Kind.DROPPED: "Q/DQ around {unit.op} dropped, {unit.result_op} stays (rule {unit.rule})",
+    Kind.CONVERTED: "{op} converted to {became}",
+    Kind.PUSHED: "Transpose pushed through {op}: {became}",
+    Kind.CHANGED: "{name}: {added} node(s) added, {removed} removed, {rewired} rewired",
+}
 
 
-def level_text(level: int, count: int, steps: int) -> str:
-    return f"Applying {count} graph transformer(s) for level {level} for up to {steps} step(s)."
+def text(kind: Kind, **fields: object) -> str:
+    """What an event of ``kind`` says: its :data:`TEXTS` template, ``fields`` filled in."""
+    return TEXTS[kind].format(**fields)
 
 
-def step_start_text(step: int, steps: int, level: int) -> str:
-    return f"Graph transformer step {step} of {steps} for level {level} started."
-
-
-def skip_text(name: str, step: int) -> str:
-    return f"Skipping graph transformer {name} on step {step} because it should only apply once."
-
-
-def apply_text(name: str, step: int) -> str:
-    return f"Applying graph transformer {name} on step {step}."
-
-
-def modified_text(name: str, modified: bool) -> str:
-    return f"GraphTransformer {name} modified: {int(modified)} with status: OK"
-
-
-def step_end_text(step: int, steps: int, level: int, changed: bool) -> str:
-    return f"Graph transformer step {step} of {steps} for level {level} completed. graph_changed: {int(changed)}."
-
-
-def stop_text(level: int, step: int) -> str:
-    return (
-        f"Stopping graph transformer iteration for level {level} after step {step} because the graph was not modified."
-    )
-
-
-def loop_text(iteration: int, loop_level: int) -> str:
-    return f"Running graph optimizations in loop {iteration} time/s (Graph Optimizations Loop Level : {loop_level})"
-
-
+# the graph core's Resolve asks for its two lines by these names
 def remove_initializer_text(name: str) -> str:
-    return f"Removing initializer '{name}'. It is no longer used by any node."
+    return text(Kind.REMOVE_INITIALIZER, name=name)
 
 
 def remove_nodearg_text(name: str) -> str:
-    return f"Removing NodeArg '{name}'. It is no longer used by any node."
-
-
-def matched_text(op_type: str) -> str:
-    return f"Matched {op_type}"
+    return text(Kind.REMOVE_NODEARG, name=name)
 
 
 # ------------------------------------------------------------------------------------------------ qdqopt's own
@@ -238,29 +230,10 @@ class Fusion:
     op: str
     node: str
 
-
-def fusion_text(fusion: Fusion) -> str:
-    return f"fused into {fusion.op} {fusion.node!r}"
-
-
-def fused_text(unit: Unit) -> str:
-    return f"{unit.op} unit fused into {unit.result_op} (rule {unit.rule})"
-
-
-def dropped_text(unit: Unit) -> str:
-    return f"Q/DQ around {unit.op} dropped, {unit.result_op} stays (rule {unit.rule})"
-
-
-def converted_text(op: str, became: str) -> str:
-    return f"{op} converted to {became}"
-
-
-def changed_text(name: str, added: int, removed: int, rewired: int) -> str:
-    return f"{name}: {added} node(s) added, {removed} removed, {rewired} rewired"
-
-
-def pushed_text(op: str, became: str) -> str:
-    return f"Transpose pushed through {op}: {became}"
+    @property
+    def text(self) -> str:
+        """The ``fused`` event's text: ``fused into <op> '<node>'``."""
+        return f"fused into {self.op} {self.node!r}"
 
 
 # ------------------------------------------------------------------------------------------------ the log
@@ -300,6 +273,10 @@ class EventLog:
         event = _event(kind, text, self.pass_name, self.level, self.step, tuple(nodes), self.plugin, data)
         self.events.append(event)
         return event
+
+    def say(self, kind: Kind, nodes: Sequence[str] = (), data: object = None, **fields: object) -> Event:
+        """:meth:`add` an event that says what ``kind`` says (:func:`text`), ``fields`` filled in."""
+        return self.add(kind, text(kind, **fields), nodes, data)
 
     def insert_before_resolve(self, since: int, kind: Kind, text: str, nodes: Sequence[str] = ()) -> Event:
         """Record an event before the trailing run of Resolve events recorded since index ``since``.
@@ -374,7 +351,13 @@ def emit_fused(candidate: str, op: str, node: str, domain: str = "") -> None:
     """Record a ``fused`` event: a transformer fusion's ``candidate`` became node ``node`` of type ``op`` (in
     ``domain``); ``data`` is a :class:`Fusion`, the candidate is the first of the nodes."""
     fusion = Fusion(f"{domain}.{op}" if domain and domain != "ai.onnx" else op, node)
-    emit(Kind.FUSED, fusion_text(fusion), (candidate, node), fusion)
+    emit(Kind.FUSED, fusion.text, (candidate, node), fusion)
+
+
+def emit_matched(node: str, op_type: str) -> None:
+    """Record a ``matched`` event: ``SelectorActionTransformer::MatchAndProcess`` matched the unit of ``node`` (of
+    type ``op_type``) and its action is about to rewrite it."""
+    emit(Kind.MATCHED, text(Kind.MATCHED, op_type=op_type), (node,))
 
 
 def emit_no_match(no_match: NoMatch, candidate: str, data: object = None) -> None:

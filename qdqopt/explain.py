@@ -96,7 +96,7 @@ class CandidateReport:
     def detail(self) -> str:
         """What it became (``fused into <op> '<node>'``), or the first check that refused it."""
         if self.outcome == "fused" and self.op is not None and self.node is not None:
-            return events.fusion_text(events.Fusion(self.op, self.node))
+            return events.Fusion(self.op, self.node).text
         return self.reasons[0] if self.reasons else ""
 
 

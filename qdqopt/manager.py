@@ -102,8 +102,9 @@ def op_counts(graph: Graph) -> collections.Counter[str]:
 
 def _log_changes(log: events.EventLog, name: str, changes: Changes) -> None:
     """The ``changed`` event of a transformer application that modified the graph."""
-    text = events.changed_text(name, len(changes.added), len(changes.removed), len(changes.rewired))
-    log.add(events.Kind.CHANGED, text, [n for _, n, _ in (*changes.added, *changes.removed)], changes)
+    nodes = [n for _, n, _ in (*changes.added, *changes.removed)]
+    added, removed, rewired = len(changes.added), len(changes.removed), len(changes.rewired)
+    log.say(events.Kind.CHANGED, nodes, changes, name=name, added=added, removed=removed, rewired=rewired)
 
 
 def _delta(before: collections.Counter[str], after: collections.Counter[str]) -> dict[str, int]:
@@ -177,13 +178,14 @@ def run_pipeline(
         before = op_counts(graph)
         with log.scope(pass_name=spec.name, level=log.level, step=log.step, plugin=spec.is_plugin):
             if log.level is not None:  # GraphTransformerManager::ApplyTransformers
-                log.add(events.Kind.APPLY, events.apply_text(spec.name, step + 1))
+                log.say(events.Kind.APPLY, name=spec.name, step=step + 1)
             mark = len(log.events)
             graph.take_changes()
             start = time.perf_counter()
             modified = transformer.apply(graph, ctx) if transformer is not None else False
             seconds = time.perf_counter() - start
-            log.insert_before_resolve(mark, events.Kind.MODIFIED, events.modified_text(spec.name, modified))
+            line = events.text(events.Kind.MODIFIED, name=spec.name, modified=modified)
+            log.insert_before_resolve(mark, events.Kind.MODIFIED, line)
             changes = graph.take_changes()
             if modified:
                 _log_changes(log, spec.name, changes)
@@ -219,11 +221,12 @@ def run_pipeline(
         seconds = {insert_spec.name: middle_time - start, remove_spec.name: time.perf_counter() - remove_start}
         after = op_counts(graph)
         with log.scope(pass_name=remove_spec.name):
-            log.insert_before_resolve(mark, events.Kind.MODIFIED, events.modified_text(remove_spec.name, modified))
+            line = events.text(events.Kind.MODIFIED, name=remove_spec.name, modified=modified)
+            log.insert_before_resolve(mark, events.Kind.MODIFIED, line)
             if modified:
                 _log_changes(log, remove_spec.name, graph.take_changes())
         with log.scope(pass_name=insert_spec.name):
-            log.add(events.Kind.MODIFIED, events.modified_text(insert_spec.name, modified))
+            log.say(events.Kind.MODIFIED, name=insert_spec.name, modified=modified)
             if modified:
                 _log_changes(log, insert_spec.name, insert_changes)
         for spec, delta in ((remove_spec, _delta(middle, after)), (insert_spec, _delta(before, middle))):
@@ -238,27 +241,27 @@ def run_pipeline(
         number = int(stage[1:])  # ORT's TransformerLevel
         ort_count = sum(1 for spec, _, _ in entries if not spec.is_plugin)
         if not ort_count:
-            log.add(events.Kind.NO_TRANSFORMERS, events.no_transformers_text(number))
+            log.say(events.Kind.NO_TRANSFORMERS, level=number)
         else:
-            log.add(events.Kind.LEVEL, events.level_text(number, ort_count, MAX_STEPS))
+            log.say(events.Kind.LEVEL, level=number, count=ort_count, steps=MAX_STEPS)
         if not entries:
             return False
         changed_at_all = False
         with log.scope(level=number):
             for step in range(MAX_STEPS):
                 log.step = step + 1
-                log.add(events.Kind.STEP_START, events.step_start_text(step + 1, MAX_STEPS, number))
+                log.say(events.Kind.STEP_START, step=step + 1, steps=MAX_STEPS, level=number)
                 changed = False
                 for spec, transformer, _ in entries:
                     if step > 0 and spec.apply_once:
                         with log.scope(pass_name=spec.name, level=number, step=step + 1):
-                            log.add(events.Kind.SKIP, events.skip_text(spec.name, step + 1))
+                            log.say(events.Kind.SKIP, name=spec.name, step=step + 1)
                         continue
                     changed = apply(spec, transformer, step) or changed
                 changed_at_all = changed_at_all or changed
-                log.add(events.Kind.STEP_END, events.step_end_text(step + 1, MAX_STEPS, number, changed))
+                log.say(events.Kind.STEP_END, step=step + 1, steps=MAX_STEPS, level=number, changed=changed)
                 if not changed:
-                    log.add(events.Kind.STOP, events.stop_text(number, step + 1))
+                    log.say(events.Kind.STOP, level=number, step=step + 1)
                     break
         return changed_at_all
 
@@ -296,7 +299,7 @@ def _run_stages(
     ctx.partitioned = True
     loop_level = int(cfg.get("session.graph_optimizations_loop_level", "1") or "1")
     for iteration in range(MAX_STEPS):
-        events.emit(events.Kind.LOOP, events.loop_text(iteration + 1, loop_level))
+        events.emit(events.Kind.LOOP, events.text(events.Kind.LOOP, iteration=iteration + 1, loop_level=loop_level))
         changed_l2 = apply_level("L2")
         changed_l3 = apply_level("L3")
         changed_cast = apply_insert_cast()

@@ -42,7 +42,7 @@ from typing import ClassVar, Generic, TypeVar
 
 import onnx
 
-from qdqopt.events import Kind, emit, matched_text
+from qdqopt.events import emit_matched
 from qdqopt.graph import Graph, Node
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
@@ -209,7 +209,7 @@ class SingleSelectorTransformer(GraphTransformer, Generic[_Sel]):
             sel = self.select(graph, node, ctx)
             if sel is None:
                 return False
-            emit(Kind.MATCHED, matched_text(node.op_type), (node.name,))  # SelectorActionTransformer::MatchAndProcess
+            emit_matched(node.name, node.op_type)
             self.act(graph, sel)
             return True
 

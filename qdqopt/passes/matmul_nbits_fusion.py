@@ -20,7 +20,7 @@ Rules (ORT 1.32):
 
 from __future__ import annotations
 
-from qdqopt.events import Kind, emit, matched_text
+from qdqopt.events import emit_matched
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import check_output_edges
@@ -49,7 +49,7 @@ class MatMulNBitsFusion(GraphTransformer):
         if selected is None:
             return False
         add, bias_slot = selected
-        emit(Kind.MATCHED, matched_text(node.op_type), (node.name,))  # SelectorActionTransformer::MatchAndProcess
+        emit_matched(node.name, node.op_type)
         _merge_bias(graph, node, add, bias_slot)
         return True
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from qdqopt import events
-from qdqopt.events import Event, Kind, NoMatch, Unit, emit, emit_no_match, matched_text
+from qdqopt.events import Event, Kind, NoMatch, Unit, emit, emit_matched, emit_no_match, text
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.qdq.actions import DropAction
@@ -119,7 +119,7 @@ class QDQSelectorActionTransformer(GraphTransformer):
             else:
                 result = entry.selector.select(sctx, node)
                 if isinstance(result, Selection):
-                    emit(Kind.MATCHED, matched_text(node.op_type), (node.name,))  # SelectorActionTransformer::Match...
+                    emit_matched(node.name, node.op_type)
                     unit = Unit(
                         node.name,
                         node.qualified_op,
@@ -151,8 +151,7 @@ class QDQSelectorActionTransformer(GraphTransformer):
     @staticmethod
     def _taken(unit: Unit, dropped: bool) -> None:
         kind = Kind.DROPPED if dropped else Kind.FUSED
-        text = events.dropped_text(unit) if dropped else events.fused_text(unit)
-        emit(kind, text, (unit.target, *unit.dq_nodes, *unit.q_nodes), unit)
+        emit(kind, text(kind, unit=unit), (unit.target, *unit.dq_nodes, *unit.q_nodes), unit)
 
 
 def unit_reports(recorded: Iterable[Event]) -> list[UnitReport]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnx
 
-from qdqopt.events import Kind, NoMatch, active, converted_text, emit, emit_no_match, pushed_text
+from qdqopt.events import Kind, NoMatch, active, emit, emit_no_match, text
 from qdqopt.graph import Graph, Node
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.transpose_optimization.api import ApiGraph, Quant
@@ -69,9 +69,9 @@ def record_layout(push: PushEvent) -> PushEvent:
     if push.outcome == "pushed":
         if not push.reason:
             push = replace(push, reason=pushed_form(push.op))
-        emit(Kind.PUSHED, pushed_text(push.op, push.reason), (push.node_name,), push)
+        emit(Kind.PUSHED, text(Kind.PUSHED, op=push.op, became=push.reason), (push.node_name,), push)
     elif push.outcome == "converted":
-        emit(Kind.CONVERTED, converted_text(push.op, push.reason), (push.node_name,), push)
+        emit(Kind.CONVERTED, text(Kind.CONVERTED, op=push.op, became=push.reason), (push.node_name,), push)
     else:
         emit_no_match(NoMatch(push.reason), push.node_name, push)
     return push
