@@ -16,13 +16,21 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from qdqopt.config import SessionConfig
 from qdqopt.graph import Graph, Node
 from qdqopt.target import Target
 
-__all__ = ["GraphTransformer", "PassContext", "RewriteRule", "RuleBasedTransformer", "RuleEffect", "Unsupported"]
+__all__ = [
+    "GraphTransformer",
+    "LevelledTransformer",
+    "PassContext",
+    "RewriteRule",
+    "RuleBasedTransformer",
+    "RuleEffect",
+    "Unsupported",
+]
 
 
 @dataclass
@@ -147,6 +155,27 @@ class GraphTransformer(ABC):
 
     def node_is_compatible(self, node: Node) -> bool:
         return not self.compatible_eps or node.ep in self.compatible_eps
+
+
+class LevelledTransformer(GraphTransformer):
+    """A transformer ORT registers at Level1 and at Level2 (``GeluFusion``, ``LayerNormFusion``): its constructor
+    takes the ``TransformerLevel`` and names the instance after it, ``<class>L1`` or ``<class>L2``.
+
+    Each instance is a subclass that gives its level and compatible EPs (empty: any) in its class statement,
+    ``class GeluFusionL2(GeluFusion, level=2, eps=("CPUExecutionProvider",))``, and is named after the class it
+    derives from and that level.
+    """
+
+    #: ``optimization_level_``: the TransformerLevel of this instance (1 or 2)
+    level: ClassVar[int] = 1
+
+    def __init_subclass__(cls, *, level: int | None = None, eps: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if level is not None:
+            (family,) = cls.__bases__
+            cls.name = f"{family.__name__}L{level}"
+            cls.level = level
+            cls.compatible_eps = eps
 
 
 class RuleEffect(enum.Enum):

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from qdqopt.events import NoMatch, emit_fused, emit_no_match
 from qdqopt.graph import Graph, Node
-from qdqopt.passes.base import GraphTransformer, PassContext
+from qdqopt.passes.base import LevelledTransformer, PassContext
 from qdqopt.passes.graph_utils import (
     check_output_edges,
     finalize_nodes_fusion,
@@ -62,12 +62,8 @@ _SQRT2_APPROX = 1.4142099618911743
 ONNX_GELU_OPSET = 20
 
 
-class GeluFusion(GraphTransformer):
+class GeluFusion(LevelledTransformer):
     """Fuse ``x * 0.5 * (1 + erf(x / sqrt(2)))`` into one Gelu (the level-dependent instances below)."""
-
-    name = ""  # ORT names each instance by its level: the registered classes are the two below
-    #: the TransformerLevel of this instance (1 or 2)
-    level = 1
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         opset = graph.opset("")
@@ -163,16 +159,9 @@ class GeluFusion(GraphTransformer):
         return [div, erf, add, mul, mul2]
 
 
-class GeluFusionL1(GeluFusion):
+class GeluFusionL1(GeluFusion, level=1):
     """The Level1 instance (any EP): fuses only when the graph imports ai.onnx 20 or later, into ONNX's Gelu."""
 
-    name = "GeluFusionL1"
-    level = 1
 
-
-class GeluFusionL2(GeluFusion):
+class GeluFusionL2(GeluFusion, level=2, eps=("CPUExecutionProvider",)):
     """The Level2 instance (CPU EP): fuses only below ai.onnx 20, into ``com.microsoft`` Gelu."""
-
-    name = "GeluFusionL2"
-    level = 2
-    compatible_eps = ("CPUExecutionProvider",)

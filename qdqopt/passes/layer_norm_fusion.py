@@ -67,7 +67,7 @@ import onnx
 from qdqopt.errors import ModelError
 from qdqopt.events import NoMatch, emit_fused, emit_no_match
 from qdqopt.graph import Graph, Node
-from qdqopt.passes.base import GraphTransformer, PassContext
+from qdqopt.passes.base import GraphTransformer, LevelledTransformer, PassContext
 from qdqopt.passes.graph_utils import (
     check_output_edges,
     constant_initializer,
@@ -197,17 +197,14 @@ def _last_rank1_input(graph: Graph, node: Node, rank: int) -> str | None:
     return found
 
 
-class LayerNormFusion(GraphTransformer):
+class LayerNormFusion(LevelledTransformer):
     """Fuse ``ReduceMean -> Sub -> Pow -> ReduceMean -> Add -> Sqrt -> Div -> Mul -> Add`` into LayerNormalization
     (ORT registers it twice: :class:`LayerNormFusionL1` and :class:`LayerNormFusionL2`)."""
-
-    #: ``optimization_level_``: 1 (fuses at opset >= 17 only) or 2 (fuses at opset < 17 only)
-    level = 1
 
     def apply_impl(self, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
         opset = graph.opset("")
         fuse_in_level_1 = opset is not None and opset >= 17
-        if (self.level == 1) != fuse_in_level_1:
+        if (self.level == 1) != fuse_in_level_1:  # L1 fuses at opset >= 17 only, L2 below 17 only
             return False
         return self.visit_in_order(graph, ctx, graph_level, lambda node: self._fuse(graph, node), ops=("ReduceMean",))
 
@@ -397,19 +394,14 @@ class LayerNormFusion(GraphTransformer):
         return remove, x, scale, bias, add2, rm2, norm1[0]
 
 
-class LayerNormFusionL1(LayerNormFusion):
+class LayerNormFusionL1(LayerNormFusion, level=1):
     """The Level1 instance: any EP (none is assigned yet); fuses only at ai.onnx opset >= 17."""
 
-    name = "LayerNormFusionL1"
-    level = 1
 
-
-class LayerNormFusionL2(LayerNormFusion):
+class LayerNormFusionL2(
+    LayerNormFusion, level=2, eps=(_CPU, "ACLExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider")
+):
     """The Level2 instance: CPU EP; fuses only below ai.onnx opset 17 (into ORT's LayerNormalization-1)."""
-
-    name = "LayerNormFusionL2"
-    level = 2
-    compatible_eps = (_CPU, "ACLExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider")
 
 
 class SimplifiedLayerNormFusion(GraphTransformer):
