@@ -42,7 +42,7 @@ import onnx
 
 from qdqopt.graph import Graph, Node, ShapeDims, dims_equal
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import is_supported_op, node_produces_graph_output, output_nodes
+from qdqopt.passes.graph_utils import is_supported_op, lone_consumer, node_produces_graph_output, output_nodes
 
 __all__ = ["BiasDropoutFusion"]
 
@@ -81,10 +81,9 @@ class BiasDropoutFusion(GraphTransformer):
     def _fuse(self, graph: Graph, add: Node) -> bool:
         if not is_supported_op(add, "Add", _ADD) or not self.node_is_compatible(add):
             return False
-        if graph.output_edge_count(add) != 1 or node_produces_graph_output(graph, add):
-            return False
+        dropout = lone_consumer(graph, add)
         shapes = _shapes(graph, add)
-        if shapes is None:
+        if dropout is None or shapes is None:
             return False
         a, b = shapes
         if same_shape(a, b):
@@ -97,10 +96,6 @@ class BiasDropoutFusion(GraphTransformer):
             inputs = [add.inputs[0], add.inputs[1]]
         else:
             return False
-        consumers = output_nodes(graph, add)
-        if not consumers:
-            return False
-        dropout = consumers[0]
         is_bitmask = is_supported_op(dropout, "BitmaskDropout", (1,), MS_DOMAIN)
         if not (is_supported_op(dropout, "Dropout", (12, 13)) or is_bitmask) or dropout.ep != add.ep:
             return False

@@ -47,7 +47,7 @@ from qdqopt.graph import Graph, Node
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.graph.stdhash import StdUnorderedMap
 from qdqopt.passes.base import GraphTransformer, PassContext
-from qdqopt.passes.graph_utils import add_replacement_node, check_output_edges, is_supported_op, output_nodes
+from qdqopt.passes.graph_utils import add_replacement_node, is_supported_op, lone_consumer
 from qdqopt.passes.rules_level2 import clip_constant_min_max
 from qdqopt.target import Target
 
@@ -124,10 +124,8 @@ def _activation_ok(graph: Graph, activation: Node, ep: str) -> bool:
 
 def select_conv_activation(graph: Graph, conv: Node, target: Target) -> ConvActivationSelection | None:
     """``ConvActivationSelector::Select`` (after the registry's op key and version test): the pair, or None."""
-    if not check_output_edges(graph, conv, 1):
-        return None
-    activation = output_nodes(graph, conv)[0]
-    if activation.ep != conv.ep:
+    activation = lone_consumer(graph, conv)
+    if activation is None or activation.ep != conv.ep:
         return None
     if not conv_type_ok(graph, conv, target):
         return None

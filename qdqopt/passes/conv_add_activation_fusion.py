@@ -60,7 +60,7 @@ from qdqopt.passes.conv_activation_fusion import (
     fused_conv_attributes,
     safely_remove_nodes,
 )
-from qdqopt.passes.graph_utils import add_replacement_node, check_output_edges, is_supported_op, output_nodes
+from qdqopt.passes.graph_utils import add_replacement_node, is_supported_op, lone_consumer
 from qdqopt.passes.rules_level2 import clip_constant_min_max
 
 __all__ = ["ConvAddActivationFusion", "ConvAddActivationSelection", "select_conv_add_activation"]
@@ -162,24 +162,17 @@ def _activation_ok(graph: Graph, node: Node) -> bool:
     return is_supported_op(node, "Clip", _CLIP_VERSIONS) and clip_constant_min_max(graph, node) is not None
 
 
-def _lone_consumer(graph: Graph, node: Node) -> Node | None:
-    """``GetLoneConsumerNode``: the consumer of the node's single output edge (no graph output), or None."""
-    if not check_output_edges(graph, node, 1):
-        return None
-    return output_nodes(graph, node)[0]
-
-
 def select_conv_add_activation(graph: Graph, node: Node, ctx: PassContext) -> ConvAddActivationSelection | None:
     """``ConvAddActivationSelector::Select`` (after the registry's op key and version test)."""
     if node.ep != CPU or not conv_type_ok(graph, node, ctx.target):
         return None
-    add = _lone_consumer(graph, node)
+    add = lone_consumer(graph, node)
     if add is None or not is_supported_op(add, "Add", _ADD_VERSIONS):
         return None
     conv = select_producer_conv(graph, add)
     if conv is None:
         return None
-    activation = _lone_consumer(graph, add)
+    activation = lone_consumer(graph, add)
     if activation is not None and not _activation_ok(graph, activation):
         activation = None
     return ConvAddActivationSelection(conv, add, activation)

@@ -38,6 +38,7 @@ import onnx
 
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
+from qdqopt.passes.graph_utils import lone_consumer
 from qdqopt.passes.qdq_util import (
     SCALE_ID,
     ZERO_POINT_ID,
@@ -123,25 +124,14 @@ class DoubleQDQPairsRemover(GraphTransformer):
         return modified
 
 
-def _single_consumer(graph: Graph, node: Node) -> Node | None:
-    edges = graph.output_edges(node)
-    if len(edges) != 1:
-        return None
-    return graph.node(edges[0].dst)
-
-
 def _try_reduce(graph: Graph, q1: Node) -> bool:
-    if q1.op_type != "QuantizeLinear" or produces_graph_output(graph, q1):
+    if q1.op_type != "QuantizeLinear":
         return False
-    dq1 = _single_consumer(graph, q1)
-    if dq1 is None or dq1.op_type != "DequantizeLinear":
+    dq1 = lone_consumer(graph, q1)
+    if dq1 is None or dq1.op_type != "DequantizeLinear" or graph.input_edge_count(dq1) != 1:
         return False
-    if graph.input_edge_count(dq1) != 1 or produces_graph_output(graph, dq1):
-        return False
-    q2 = _single_consumer(graph, dq1)
-    if q2 is None:
-        return False
-    if not is_qdq_pair_supported(graph, q1, dq1):
+    q2 = lone_consumer(graph, dq1)
+    if q2 is None or not is_qdq_pair_supported(graph, q1, dq1):
         return False
     q1_type = q_zero_point_type(graph, q1)
     if q1_type is None:

@@ -65,6 +65,7 @@ __all__ = [
     "is_only_one_output_used",
     "is_output_used",
     "is_supported_op",
+    "lone_consumer",
     "node_outputs_in_graph_outputs",
     "node_produces_graph_output",
     "output_edge_count",
@@ -213,6 +214,14 @@ def check_output_edges(graph: Graph, node: Node, expected: int) -> bool:
         if consumer is None or edge.dst_slot >= len(consumer.inputs):
             return False
     return True
+
+
+def lone_consumer(graph: Graph, node: Node) -> Node | None:
+    """``GetLoneConsumerNode``: the node that reads ``node`` when :func:`check_output_edges` allows it one output
+    edge (``*OutputNodesBegin()``), else None."""
+    if not check_output_edges(graph, node, 1):
+        return None
+    return output_nodes(graph, node)[0]
 
 
 def node_outputs_in_graph_outputs(graph: Graph, node: Node) -> list[int]:
