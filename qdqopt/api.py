@@ -8,6 +8,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import onnx
 
@@ -22,9 +23,17 @@ from qdqopt.plugins import PluginSource, resolve_plugins
 from qdqopt.registry import Plugin, all_names
 from qdqopt.target import Target
 
-__all__ = ["OptimizeResult", "optimize", "run"]
+__all__ = ["OptimizeResult", "RunOptions", "optimize", "run"]
 
 ConfigSource = Mapping[str, object] | Iterable[str] | None
+
+
+class RunOptions(TypedDict, total=False):
+    """What a caller of :func:`run` may pass through to it unchanged (``**options``), as :func:`run` takes it."""
+
+    disabled: Iterable[str]
+    config: ConfigSource
+    plugins: Iterable[PluginSource]
 
 
 @dataclass

@@ -27,17 +27,16 @@ from __future__ import annotations
 import io
 import os
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Unpack
 
-from qdqopt.api import ConfigSource, OptimizeResult, run
+from qdqopt.api import OptimizeResult, RunOptions, run
 from qdqopt.errors import UsageError
 from qdqopt.graph import Graph, Model
 from qdqopt.graph.model import ModelSource, write_atomic, write_model
 from qdqopt.levels import Level
 from qdqopt.manager import StopRun, TraceEntry
-from qdqopt.plugins import PluginSource
 
 __all__ = ["DumpRun", "StopAfter", "dump_name", "run_with_dumps"]
 
@@ -115,26 +114,16 @@ def run_with_dumps(
     *,
     dump_dir: str | os.PathLike[str] | None = None,
     stop_after: StopAfter | str | None = None,
-    disabled: Iterable[str] = (),
-    config: ConfigSource = None,
-    plugins: Iterable[PluginSource] = (),
+    **options: Unpack[RunOptions],
 ) -> DumpRun:
-    """:func:`qdqopt.api.run`, writing a dump after every application that modified the graph (when ``dump_dir``
-    is given) and ending right after ``stop_after``'s application. Raises :class:`UsageError` when the run applied
-    the pass fewer times than asked."""
+    """:func:`qdqopt.api.run` (``options``: its ``disabled``, ``config`` and ``plugins``), writing a dump after every
+    application that modified the graph (when ``dump_dir`` is given) and ending right after ``stop_after``'s
+    application. Raises :class:`UsageError` when the run applied the pass fewer times than asked."""
     stop = StopAfter.parse(stop_after) if isinstance(stop_after, str) else stop_after
     hooks = _Hooks(Path(dump_dir) if dump_dir is not None else None, stop)
     if hooks.dump_dir is not None:
         hooks.dump_dir.mkdir(parents=True, exist_ok=True)
-    result = run(
-        model,
-        level,
-        disabled=disabled,
-        config=config,
-        plugins=plugins,
-        on_entry=hooks.on_entry,
-        on_load=hooks.on_load,
-    )
+    result = run(model, level, on_entry=hooks.on_entry, on_load=hooks.on_load, **options)
     if stop is not None and hooks.stopped_after is None:
         raise UsageError(
             f"--stop-after {stop}: {stop.name} was applied {hooks.seen} time(s) at {result.level.ort_name}"
