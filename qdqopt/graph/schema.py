@@ -106,14 +106,8 @@ def _parse_default(raw: bytes) -> onnx.AttributeProto | None:
 
 @functools.cache
 def _registry() -> dict[tuple[str, str], list[OpSchema]]:
-    from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
-
     table: dict[tuple[str, str], list[OpSchema]] = {}
-    for s in ort_c.get_all_operator_schema():
-        # The pybind dict keeps the C++ schema map's iteration order, which is the order Resolve fills defaults in.
-        attrs = tuple((name, _parse_default(attr._default_value)) for name, attr in s.attributes.items())
-        types = tuple((name, int(attr.type)) for name, attr in s.attributes.items())
-        schema = OpSchema(normalize_domain(s.domain), s.name, int(s.since_version), bool(s.deprecated), attrs, types)
+    for schema in _all_schemas():
         table.setdefault((schema.domain, schema.op_type), []).append(schema)
     for versions in table.values():
         versions.sort(key=lambda x: x.since_version)
@@ -169,13 +163,11 @@ class Formal:
     variadic: bool
 
 
-@dataclass(frozen=True)
-class Schema:
-    """The parts of an ORT operator schema the kernel lookups need."""
+@dataclass(frozen=True, kw_only=True)
+class Schema(OpSchema):
+    """A schema version with what the kernel lookups need besides its attributes: its formal inputs and outputs and
+    its type constraints."""
 
-    domain: str
-    op_type: str
-    since_version: int
     inputs: tuple[Formal, ...]
     outputs: tuple[Formal, ...]
     #: type constraint name -> allowed type strings, in schema order
@@ -201,25 +193,43 @@ class Schema:
 
 
 @functools.cache
-def _schemas() -> dict[tuple[str, str, int], Schema]:
+def _all_schemas() -> tuple[Schema, ...]:
+    """Every schema version of the registry, in its order (:func:`lookup` and :func:`node_schema` index them)."""
     from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
 
-    table: dict[tuple[str, str, int], Schema] = {}
+    def formals(params: list[object]) -> tuple[Formal, ...]:
+        return tuple(
+            Formal(str(p.name), str(p.typeStr), "Variadic" in str(p.option))  # type: ignore[attr-defined]
+            for p in params
+        )
+
+    out: list[Schema] = []
     for s in ort_c.get_all_operator_schema():
-        domain = normalize_domain(s.domain)
-
-        def formals(params: list[object]) -> tuple[Formal, ...]:
-            return tuple(
-                Formal(str(p.name), str(p.typeStr), "Variadic" in str(p.option))  # type: ignore[attr-defined]
-                for p in params
-            )
-
+        # The pybind dict keeps the C++ schema map's iteration order, which is the order Resolve fills defaults in.
+        attrs = tuple((name, _parse_default(attr._default_value)) for name, attr in s.attributes.items())
+        types = tuple((name, int(attr.type)) for name, attr in s.attributes.items())
         constraints = tuple(
             (str(tc.type_param_str), frozenset(str(t) for t in tc.allowed_type_strs)) for tc in s.type_constraints
         )
-        schema = Schema(domain, s.name, int(s.since_version), formals(s.inputs), formals(s.outputs), constraints)
-        table[(domain, schema.op_type, schema.since_version)] = schema
-    return table
+        out.append(
+            Schema(
+                normalize_domain(s.domain),
+                s.name,
+                int(s.since_version),
+                bool(s.deprecated),
+                attrs,
+                types,
+                inputs=formals(s.inputs),
+                outputs=formals(s.outputs),
+                type_constraints=constraints,
+            )
+        )
+    return tuple(out)
+
+
+@functools.cache
+def _schemas() -> dict[tuple[str, str, int], Schema]:
+    return {(schema.domain, schema.op_type, schema.since_version): schema for schema in _all_schemas()}
 
 
 def node_schema(node: Node) -> Schema | None:
