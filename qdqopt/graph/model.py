@@ -109,7 +109,7 @@ def read_model_proto(source: ModelSource, *, initializers: bool = True) -> tuple
             _check_external_locations(gp, base, path, [])
             header.graph.CopyFrom(gp)
             return header, base
-    proto, base = _read_whole(path)
+    proto, base, _ = _read_whole(path)
     if not initializers:
         proto.graph.ClearField("initializer")
     return proto, base
@@ -122,20 +122,41 @@ def _splittable(path: Path) -> bool:
     ) in (None, "protobuf")
 
 
-def _read_whole(path: Path) -> tuple[onnx.ModelProto, Path]:
+def _read_whole(path: Path) -> tuple[onnx.ModelProto, Path, bool]:
+    """The model file parsed whole (as ``onnx.load`` without external data), its folder, and whether its strings are
+    known to be valid UTF-8 (a protobuf file of less than :data:`SPLIT_READ_BYTES` whose bytes parse as the
+    UTF-8-verifying twin of ModelProto, :func:`_utf8_verifying_types`: :func:`_check_utf8` then has nothing to
+    find)."""
     if not path.exists():
         raise ModelError(f"{path}: no such file")
     if not path.is_file():
         raise ModelError(f"{path}: not a file")
+    # onnx.load's steps: the format from the file's extension (protobuf by default), the bytes parsed
+    fmt = onnx.serialization.registry.get_format_from_file_extension(os.path.splitext(os.path.abspath(path))[1])
+    fmt = fmt or "protobuf"
+    with open(path, "rb") as handle:
+        data = handle.read()
     try:
-        proto = onnx.load(str(path), load_external_data=False)
+        proto = onnx.load_model_from_string(data, format=fmt)
     except (DecodeError, ValueError, RuntimeError) as exc:
         raise ModelError(f"{path}: not an ONNX model ({exc.__class__.__name__})") from exc
     if not proto.HasField("graph"):
         raise ModelError(f"{path}: not an ONNX model (no graph)")
     base = path.resolve().parent
     _check_external_locations(proto.graph, base, path)
-    return proto, base
+    return proto, base, fmt == "protobuf" and len(data) < SPLIT_READ_BYTES and _utf8_bytes_valid(data)
+
+
+def _utf8_bytes_valid(data: bytes) -> bool:
+    """Whether the bytes of a ModelProto parse as its UTF-8-verifying twin (False: a string may not be UTF-8)."""
+    twin = _utf8_verifying_types().get(onnx.ModelProto.DESCRIPTOR.full_name)
+    if twin is None:
+        return False
+    try:
+        twin.FromString(data)
+    except (DecodeError, ValueError):
+        return False
+    return True
 
 
 def _check_external_locations(
@@ -431,8 +452,9 @@ def _read_parts(
             for part in (header, gp, *initializers):
                 _check_utf8(part, str(path))
             return header, gp, initializers, base
-    whole, whole_base = read_model_proto(path)
-    _check_utf8(whole, str(path))
+    whole, whole_base, utf8_valid = _read_whole(path)
+    if not utf8_valid:
+        _check_utf8(whole, str(path))
     header = onnx.ModelProto()
     _copy_except(header, whole, "graph")
     return header, whole.graph, list(whole.graph.initializer), whole_base
