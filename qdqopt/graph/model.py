@@ -671,36 +671,12 @@ _ATTRIBUTE_MAPS: dict[tuple[object, ...], StdUnorderedMap] = {}
 
 
 def _add_proto_node(
-    graph: Graph, proto: onnx.NodeProto, domain: str, *, original: onnx.NodeProto | None = None, loading: bool = False
+    graph: Graph, proto: onnx.NodeProto, domain: str, *, original: onnx.NodeProto | None = None
 ) -> Node:
     """Add the node ``proto`` describes (its attribute protos shared: they are never edited in place), under
-    ``domain``; its subgraphs are the caller's. ``loading``: the graph is being built (:meth:`Graph.load_node`,
-    ``original`` is ``proto``)."""
-    attributes = proto.attribute[:]
-    attrs = {a.name: a for a in attributes}
-    # ORT fills a reserved map in proto order, then copies it into the node (same iteration order): one map per
-    # list of names, copied (a copy of a small map is free)
-    key = (len(attributes), *attrs)
-    template = _ATTRIBUTE_MAPS.get(key)
-    if template is None:
-        template = StdUnorderedMap(memo=True)
-        template.reserve(len(attributes))
-        template.update(attrs)
-        if len(_ATTRIBUTE_MAPS) < 4096:
-            _ATTRIBUTE_MAPS[key] = template
-    attr_map = template.copy()
-    if loading:
-        return graph.load_node(
-            proto.name,
-            proto.op_type,
-            proto.input[:],
-            proto.output[:],
-            domain,
-            attrs,
-            proto.doc_string,
-            proto,
-            attr_map,
-        )
+    ``domain``; its subgraphs are the caller's. (The loader, which builds a graph from scratch, calls
+    :meth:`Graph.load_node` instead: see :func:`_build_graph`.)"""
+    attrs, attr_map = _attribute_map(proto.attribute[:])
     return graph.add_node(
         proto.name,
         proto.op_type,
@@ -712,6 +688,22 @@ def _add_proto_node(
         original=original,
         attr_map=attr_map,
     )
+
+
+def _attribute_map(attributes: list[onnx.AttributeProto]) -> tuple[dict[str, onnx.AttributeProto], StdUnorderedMap]:
+    """A node's attributes by name, and the node attribute map ORT makes of the NodeProto's ``attributes``."""
+    attrs = {a.name: a for a in attributes}
+    # ORT fills a reserved map in proto order, then copies it into the node (same iteration order): one map per
+    # list of names, copied (a copy of a small map is free)
+    key = (len(attributes), *attrs)
+    template = _ATTRIBUTE_MAPS.get(key)
+    if template is None:
+        template = StdUnorderedMap(memo=True)
+        template.reserve(len(attributes))
+        template.update(attrs)
+        if len(_ATTRIBUTE_MAPS) < 4096:
+            _ATTRIBUTE_MAPS[key] = template
+    return attrs, template.copy()
 
 
 def _build_graph(
@@ -742,23 +734,38 @@ def _build_graph(
             )
         graph.add_initializer(_normalise_initializer(tensor))
     node_protos = gp.node[:]  # (a slice: iterating a upb container ends in an IndexError, which costs)
+    others = []  # the nodes but Constants
     for node_proto in node_protos:
         if _is_constant(node_proto):
             tensor = _constant_to_tensor(node_proto)
             graph.add_initializer(_normalise_initializer(tensor))
             if ir_version < 4:
                 graph.inputs.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
+        else:
+            others.append(node_proto)
     made: set[str] = set()
-    for node_proto in node_protos:
-        if _is_constant(node_proto):
-            continue
-        for out in node_proto.output[:]:  # ORT's loader: a value is defined once, by an initializer or by one node
-            if out and (out in made or graph.is_initializer(out)):
+    original_nodes, is_initializer = graph.original_nodes, graph.is_initializer
+    for node_proto in others:
+        outputs = node_proto.output[:]
+        for out in outputs:  # ORT's loader: a value is defined once, by an initializer or by one node
+            if out and (out in made or is_initializer(out)):
                 raise ModelError(f"This is an invalid model. Error: Duplicate definition of name ({out}).")
             made.add(out)
-        graph.original_nodes.append(node_proto)
-        node = _add_proto_node(graph, node_proto, node_proto.domain, original=node_proto, loading=True)
-        for attr in node_proto.attribute[:]:
+        original_nodes.append(node_proto)
+        attributes = node_proto.attribute[:]
+        attrs, attr_map = _attribute_map(attributes)
+        node = graph.load_node(
+            node_proto.name,
+            node_proto.op_type,
+            node_proto.input[:],
+            outputs,
+            node_proto.domain,
+            attrs,
+            node_proto.doc_string,
+            node_proto,
+            attr_map,
+        )
+        for attr in attributes:
             if attr.type == onnx.AttributeProto.GRAPH:
                 node.subgraphs[attr.name] = _build_graph(attr.g, opsets, ir_version, graph, node)
             elif attr.type == onnx.AttributeProto.GRAPHS:
