@@ -898,17 +898,19 @@ class Graph:
         """``node_args_`` as ORT's ``Graph`` constructor fills it: typed graph inputs (every input, in a subgraph),
         then (IR 4 and later) each initializer no input names, in ``initializer()`` order (Constant nodes' tensors
         last), then typed graph outputs, then each node in file order, its inputs then its outputs."""
-        arg_map = StdUnorderedMap()
-        for value in self.inputs:
-            if value.name and (self.parent is not None or value.type.WhichOneof("value") is not None):
-                arg_map.insert(value.name)
+        names = [  # the names in insertion order, inserted at once
+            value.name
+            for value in self.inputs
+            if value.name and (self.parent is not None or value.type.WhichOneof("value") is not None)
+        ]
         if self.ir_version >= 4:
-            arg_map.update(self._init_order)
-        for value in self.outputs:
-            if value.name and value.type.WhichOneof("value") is not None:
-                arg_map.insert(value.name)
-        for node in self.nodes():
-            arg_map.update((*node.inputs, *node.outputs))
+            names += self._init_order
+        names += (value.name for value in self.outputs if value.name and value.type.WhichOneof("value") is not None)
+        for node in self._nodes.values():
+            names += node.inputs
+            names += node.outputs
+        arg_map = StdUnorderedMap()
+        arg_map.update(names)
         self._arg_map = arg_map
 
     def producer(self, value: str) -> Node | None:
