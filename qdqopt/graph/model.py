@@ -239,9 +239,9 @@ def _check_inputs_defined(
     known.update(s.values.name for s in gp.sparse_initializer)
     before_nodes = set(known) if parent is not None else set()  # (only a body's order is checked)
     reads: set[str] = set()
-    for node in nodes:
-        known.update(node.output)
-        reads.update(node.input)
+    for node in nodes:  # (slices again: cheaper than iterating the containers)
+        known.update(node.output[:])
+        reads.update(node.input[:])
     reads.discard("")
     # the usual case: every input defined, and only the subgraphs are left to look into; else the first undefined
     # input, node by node, is the one reported
