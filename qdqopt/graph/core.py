@@ -676,10 +676,9 @@ class Graph:
         else:
             same_op.add(index)
         self._unfilled.add(index)
-        schema = self._schemas.get((domain, op_type), _NO_SCHEMA)  # (schema's cache, asked first)
-        if schema is _NO_SCHEMA:
-            schema = self.schema(node)
-        node.since_version = schema.since_version if schema else None  # type: ignore[union-attr]
+        found = self._schemas.get((domain, op_type), _NO_SCHEMA)  # (schema's cache, asked first)
+        schema = self.schema(node) if found is _NO_SCHEMA else cast("OpSchema | None", found)
+        node.since_version = schema.since_version if schema else None
         known, producer = self._known_values, self._producer
         for slot, value in enumerate(outputs):
             if value:
