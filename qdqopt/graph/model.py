@@ -851,7 +851,7 @@ def _constant_to_tensor(node: onnx.NodeProto) -> onnx.TensorProto:
 
 
 def _byte_size(tensor: onnx.TensorProto) -> int:
-    count = _int64_product(tensor.dims)
+    count = _int64_product(tensor.dims[:])
     if tensor.data_type in _FOUR_BIT:
         return (count * 4 + 7) // 8
     return count * _item_size(tensor.data_type)
@@ -929,7 +929,7 @@ def _inference_tensor(tensor: onnx.TensorProto) -> onnx.TensorProto:
     if tensor.data_type in _INFERENCE_DATA_TYPES:
         return tensor
     count = 1
-    for dim in tensor.dims:
+    for dim in tensor.dims[:]:
         count *= dim
     if count <= _INFERENCE_DATA_MAX:
         return tensor
