@@ -658,17 +658,27 @@ class Graph:
         :meth:`finish_load`, and the NodeArg map for :meth:`forget_production` (ORT's constructor fills it in its own
         order); the graph is not marked modified."""
         index = self._next_index
-        self._next_index += 1
+        self._next_index = index + 1
+        # every field given, in order (cheaper than the dataclass's keywords and default factories)
         node = Node(
-            index, name, op_type, domain, inputs, outputs, attributes, doc_string, original=original, attr_map=attr_map
+            index, name, op_type, domain, inputs, outputs, attributes, doc_string, "", {}, [], None, original, attr_map
         )
         self._nodes[index] = node
-        self._nx_add(index)
-        self._live_names[name] += 1
-        self._op_count[node.qualified_op] += 1
-        self._index_op(node)
+        nx_graph = self._nx  # _nx_add's steps
+        nx_graph._succ[index] = {}
+        nx_graph._pred[index] = {}
+        nx_graph._node[index] = {}
+        _count_up(self._live_names, name)
+        _count_up(self._op_count, f"{domain}.{op_type}" if domain else op_type)  # (qualified_op)
+        same_op = self._by_op.get(op_type)  # _index_op's steps
+        if same_op is None:
+            self._by_op[op_type] = {index}
+        else:
+            same_op.add(index)
         self._unfilled.add(index)
-        node.since_version = self._since_version(node)
+        found = self._schemas.get((domain, op_type), _NO_SCHEMA)  # (schema's cache, asked first)
+        schema = self.schema(node) if found is _NO_SCHEMA else cast("OpSchema | None", found)
+        node.since_version = schema.since_version if schema else None
         known, producer = self._known_values, self._producer
         for slot, value in enumerate(outputs):
             if value:
@@ -887,17 +897,19 @@ class Graph:
         """``node_args_`` as ORT's ``Graph`` constructor fills it: typed graph inputs (every input, in a subgraph),
         then (IR 4 and later) each initializer no input names, in ``initializer()`` order (Constant nodes' tensors
         last), then typed graph outputs, then each node in file order, its inputs then its outputs."""
-        arg_map = StdUnorderedMap()
-        for value in self.inputs:
-            if value.name and (self.parent is not None or value.type.WhichOneof("value") is not None):
-                arg_map.insert(value.name)
+        names = [  # the names in insertion order, inserted at once
+            value.name
+            for value in self.inputs
+            if value.name and (self.parent is not None or value.type.WhichOneof("value") is not None)
+        ]
         if self.ir_version >= 4:
-            arg_map.update(self._init_order)
-        for value in self.outputs:
-            if value.name and value.type.WhichOneof("value") is not None:
-                arg_map.insert(value.name)
-        for node in self.nodes():
-            arg_map.update((*node.inputs, *node.outputs))
+            names += self._init_order
+        names += (value.name for value in self.outputs if value.name and value.type.WhichOneof("value") is not None)
+        for node in self._nodes.values():
+            names += node.inputs
+            names += node.outputs
+        arg_map = StdUnorderedMap()
+        arg_map.update(names)
         self._arg_map = arg_map
 
     def producer(self, value: str) -> Node | None:

@@ -109,7 +109,7 @@ def read_model_proto(source: ModelSource, *, initializers: bool = True) -> tuple
             _check_external_locations(gp, base, path, [])
             header.graph.CopyFrom(gp)
             return header, base
-    proto, base = _read_whole(path)
+    proto, base, _ = _read_whole(path)
     if not initializers:
         proto.graph.ClearField("initializer")
     return proto, base
@@ -122,20 +122,41 @@ def _splittable(path: Path) -> bool:
     ) in (None, "protobuf")
 
 
-def _read_whole(path: Path) -> tuple[onnx.ModelProto, Path]:
+def _read_whole(path: Path) -> tuple[onnx.ModelProto, Path, bool]:
+    """The model file parsed whole (as ``onnx.load`` without external data), its folder, and whether its strings are
+    known to be valid UTF-8 (a protobuf file of less than :data:`SPLIT_READ_BYTES` whose bytes parse as the
+    UTF-8-verifying twin of ModelProto, :func:`_utf8_verifying_types`: :func:`_check_utf8` then has nothing to
+    find)."""
     if not path.exists():
         raise ModelError(f"{path}: no such file")
     if not path.is_file():
         raise ModelError(f"{path}: not a file")
+    # onnx.load's steps: the format from the file's extension (protobuf by default), the bytes parsed
+    fmt = onnx.serialization.registry.get_format_from_file_extension(os.path.splitext(os.path.abspath(path))[1])
+    fmt = fmt or "protobuf"
+    with open(path, "rb") as handle:
+        data = handle.read()
     try:
-        proto = onnx.load(str(path), load_external_data=False)
+        proto = onnx.load_model_from_string(data, format=fmt)
     except (DecodeError, ValueError, RuntimeError) as exc:
         raise ModelError(f"{path}: not an ONNX model ({exc.__class__.__name__})") from exc
     if not proto.HasField("graph"):
         raise ModelError(f"{path}: not an ONNX model (no graph)")
     base = path.resolve().parent
     _check_external_locations(proto.graph, base, path)
-    return proto, base
+    return proto, base, fmt == "protobuf" and len(data) < SPLIT_READ_BYTES and _utf8_bytes_valid(data)
+
+
+def _utf8_bytes_valid(data: bytes) -> bool:
+    """Whether the bytes of a ModelProto parse as its UTF-8-verifying twin (False: a string may not be UTF-8)."""
+    twin = _utf8_verifying_types().get(onnx.ModelProto.DESCRIPTOR.full_name)
+    if twin is None:
+        return False
+    try:
+        twin.FromString(data)
+    except (DecodeError, ValueError):
+        return False
+    return True
 
 
 def _check_external_locations(
@@ -218,9 +239,9 @@ def _check_inputs_defined(
     known.update(s.values.name for s in gp.sparse_initializer)
     before_nodes = set(known) if parent is not None else set()  # (only a body's order is checked)
     reads: set[str] = set()
-    for node in nodes:
-        known.update(node.output)
-        reads.update(node.input)
+    for node in nodes:  # (slices again: cheaper than iterating the containers)
+        known.update(node.output[:])
+        reads.update(node.input[:])
     reads.discard("")
     # the usual case: every input defined, and only the subgraphs are left to look into; else the first undefined
     # input, node by node, is the one reported
@@ -431,8 +452,9 @@ def _read_parts(
             for part in (header, gp, *initializers):
                 _check_utf8(part, str(path))
             return header, gp, initializers, base
-    whole, whole_base = read_model_proto(path)
-    _check_utf8(whole, str(path))
+    whole, whole_base, utf8_valid = _read_whole(path)
+    if not utf8_valid:
+        _check_utf8(whole, str(path))
     header = onnx.ModelProto()
     _copy_except(header, whole, "graph")
     return header, whole.graph, list(whole.graph.initializer), whole_base
@@ -649,36 +671,12 @@ _ATTRIBUTE_MAPS: dict[tuple[object, ...], StdUnorderedMap] = {}
 
 
 def _add_proto_node(
-    graph: Graph, proto: onnx.NodeProto, domain: str, *, original: onnx.NodeProto | None = None, loading: bool = False
+    graph: Graph, proto: onnx.NodeProto, domain: str, *, original: onnx.NodeProto | None = None
 ) -> Node:
     """Add the node ``proto`` describes (its attribute protos shared: they are never edited in place), under
-    ``domain``; its subgraphs are the caller's. ``loading``: the graph is being built (:meth:`Graph.load_node`,
-    ``original`` is ``proto``)."""
-    attributes = proto.attribute[:]
-    attrs = {a.name: a for a in attributes}
-    # ORT fills a reserved map in proto order, then copies it into the node (same iteration order): one map per
-    # list of names, copied (a copy of a small map is free)
-    key = (len(attributes), *attrs)
-    template = _ATTRIBUTE_MAPS.get(key)
-    if template is None:
-        template = StdUnorderedMap(memo=True)
-        template.reserve(len(attributes))
-        template.update(attrs)
-        if len(_ATTRIBUTE_MAPS) < 4096:
-            _ATTRIBUTE_MAPS[key] = template
-    attr_map = template.copy()
-    if loading:
-        return graph.load_node(
-            proto.name,
-            proto.op_type,
-            proto.input[:],
-            proto.output[:],
-            domain,
-            attrs,
-            proto.doc_string,
-            proto,
-            attr_map,
-        )
+    ``domain``; its subgraphs are the caller's. (The loader, which builds a graph from scratch, calls
+    :meth:`Graph.load_node` instead: see :func:`_build_graph`.)"""
+    attrs, attr_map = _attribute_map(proto.attribute[:])
     return graph.add_node(
         proto.name,
         proto.op_type,
@@ -690,6 +688,22 @@ def _add_proto_node(
         original=original,
         attr_map=attr_map,
     )
+
+
+def _attribute_map(attributes: list[onnx.AttributeProto]) -> tuple[dict[str, onnx.AttributeProto], StdUnorderedMap]:
+    """A node's attributes by name, and the node attribute map ORT makes of the NodeProto's ``attributes``."""
+    attrs = {a.name: a for a in attributes}
+    # ORT fills a reserved map in proto order, then copies it into the node (same iteration order): one map per
+    # list of names, copied (a copy of a small map is free)
+    key = (len(attributes), *attrs)
+    template = _ATTRIBUTE_MAPS.get(key)
+    if template is None:
+        template = StdUnorderedMap(memo=True)
+        template.reserve(len(attributes))
+        template.update(attrs)
+        if len(_ATTRIBUTE_MAPS) < 4096:
+            _ATTRIBUTE_MAPS[key] = template
+    return attrs, template.copy()
 
 
 def _build_graph(
@@ -720,23 +734,38 @@ def _build_graph(
             )
         graph.add_initializer(_normalise_initializer(tensor))
     node_protos = gp.node[:]  # (a slice: iterating a upb container ends in an IndexError, which costs)
+    others = []  # the nodes but Constants
     for node_proto in node_protos:
         if _is_constant(node_proto):
             tensor = _constant_to_tensor(node_proto)
             graph.add_initializer(_normalise_initializer(tensor))
             if ir_version < 4:
                 graph.inputs.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
+        else:
+            others.append(node_proto)
     made: set[str] = set()
-    for node_proto in node_protos:
-        if _is_constant(node_proto):
-            continue
-        for out in node_proto.output[:]:  # ORT's loader: a value is defined once, by an initializer or by one node
-            if out and (out in made or graph.is_initializer(out)):
+    original_nodes, is_initializer = graph.original_nodes, graph.is_initializer
+    for node_proto in others:
+        outputs = node_proto.output[:]
+        for out in outputs:  # ORT's loader: a value is defined once, by an initializer or by one node
+            if out and (out in made or is_initializer(out)):
                 raise ModelError(f"This is an invalid model. Error: Duplicate definition of name ({out}).")
             made.add(out)
-        graph.original_nodes.append(node_proto)
-        node = _add_proto_node(graph, node_proto, node_proto.domain, original=node_proto, loading=True)
-        for attr in node_proto.attribute[:]:
+        original_nodes.append(node_proto)
+        attributes = node_proto.attribute[:]
+        attrs, attr_map = _attribute_map(attributes)
+        node = graph.load_node(
+            node_proto.name,
+            node_proto.op_type,
+            node_proto.input[:],
+            outputs,
+            node_proto.domain,
+            attrs,
+            node_proto.doc_string,
+            node_proto,
+            attr_map,
+        )
+        for attr in attributes:
             if attr.type == onnx.AttributeProto.GRAPH:
                 node.subgraphs[attr.name] = _build_graph(attr.g, opsets, ir_version, graph, node)
             elif attr.type == onnx.AttributeProto.GRAPHS:
@@ -822,7 +851,7 @@ def _constant_to_tensor(node: onnx.NodeProto) -> onnx.TensorProto:
 
 
 def _byte_size(tensor: onnx.TensorProto) -> int:
-    count = _int64_product(tensor.dims)
+    count = _int64_product(tensor.dims[:])
     if tensor.data_type in _FOUR_BIT:
         return (count * 4 + 7) // 8
     return count * _item_size(tensor.data_type)
@@ -900,7 +929,7 @@ def _inference_tensor(tensor: onnx.TensorProto) -> onnx.TensorProto:
     if tensor.data_type in _INFERENCE_DATA_TYPES:
         return tensor
     count = 1
-    for dim in tensor.dims:
+    for dim in tensor.dims[:]:
         count *= dim
     if count <= _INFERENCE_DATA_MAX:
         return tensor

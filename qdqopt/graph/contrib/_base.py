@@ -63,15 +63,6 @@ def unknown_dim() -> Dim:
     return Dim()
 
 
-def _copy(dims: Sequence[Dim]) -> list[Dim]:
-    out = []
-    for d in dims:
-        c = Dim()
-        c.CopyFrom(d)
-        out.append(c)
-    return out
-
-
 @dataclass
 class Inferred:
     """What an inference function says of one output: element type (0: none) and shape (None: none)."""
@@ -84,6 +75,9 @@ class Node:
     """A typed view of ``InferenceContext``, with ONNX's ``shape_inference.h`` helpers as methods.
 
     ``outputs`` collects what the inference function infers (ORT's ``ctx.getOutputType(i)``).
+
+    The dims lists the helpers pass around hold the input types' own Dim protos (copied once, into the output type
+    :func:`_run` makes): an inference function never edits a Dim it did not create (``Dim()``, :func:`dim_value`).
     """
 
     def __init__(self, ctx: onnx.shape_inference.InferenceContext) -> None:
@@ -126,12 +120,12 @@ class Node:
         return self.num_inputs >= count and all(self.has_shape(i) for i in range(count))
 
     def shape(self, index: int) -> list[Dim] | None:
-        """A copy of the input's dims, or None without a shape."""
+        """The input's dims (a new list of the input type's own Dims), or None without a shape."""
         if not self.has_shape(index):
             return None
         found = self.input_type(index)
         assert found is not None
-        return _copy(found.tensor_type.shape.dim)
+        return found.tensor_type.shape.dim[:]  # type: ignore[no-any-return]
 
     # ----------------------------------------------------------------------------------------- attributes
     def attr(self, name: str) -> onnx.AttributeProto | None:
@@ -170,7 +164,7 @@ class Node:
 
     def set_shape(self, index: int, dims: Sequence[Dim]) -> None:
         """``updateOutputShape`` / ``propagateShapeFromInputToOutput``."""
-        self.out(index).dims = _copy(dims)
+        self.out(index).dims = list(dims)
 
     def set_shape_if_known(self, index: int, dims: Sequence[Dim] | None) -> None:
         """:meth:`set_shape` when ``dims`` is known (not None)."""
@@ -200,7 +194,7 @@ def to_nchw(dims: list[Dim] | None) -> list[Dim] | None:
         return None
     if len(dims) < 3:
         raise InferenceError("Tensor must have at least 3 dimensions to convert between channels first and last.")
-    return _copy([dims[0], dims[-1], *dims[1:-1]])
+    return [dims[0], dims[-1], *dims[1:-1]]
 
 
 def to_nhwc(dims: list[Dim] | None) -> list[Dim] | None:
@@ -209,7 +203,7 @@ def to_nhwc(dims: list[Dim] | None) -> list[Dim] | None:
         return None
     if len(dims) < 3:
         raise InferenceError("Output tensor must have at least 3 dimensions")
-    return _copy([dims[0], *dims[2:], dims[1]])
+    return [dims[0], *dims[2:], dims[1]]
 
 
 def normalize_axis(axis: int, rank: int, message: str) -> int:
@@ -292,12 +286,12 @@ def conv_pool_shape(
                 elif auto_pad == "SAME_LOWER":
                     pads[i], pads[i + n] = big, small
     if require_kernel_shape:
-        out = _copy(x[:2])
+        out = x[:2]
     else:
         assert w is not None
         if len(w) < 1:
             raise InferenceError("Second input tensor has wrong dimension")
-        out = _copy([x[0], w[0]])
+        out = [x[0], w[0]]
     ceil_mode = node.attr_int("ceil_mode", 0)
     k = len(kernel)
     for i in range(k):
@@ -320,13 +314,13 @@ def global_pool_shape(x: list[Dim] | None) -> list[Dim] | None:
     """ONNX's ``globalPoolTypeShapeInference``: N, C, then 1 for every spatial dim (rank 2 at least)."""
     if x is None or len(x) < 2:
         return None
-    return [*_copy(x[:2]), *(dim_value(1) for _ in x[2:])]
+    return [*x[:2], *(dim_value(1) for _ in x[2:])]
 
 
 def _shape_type(dims: Sequence[Dim]) -> onnx.TypeProto:
     out = onnx.TypeProto()
     out.tensor_type.elem_type = onnx.TensorProto.FLOAT
-    out.tensor_type.shape.dim.extend(_copy(dims))
+    out.tensor_type.shape.dim.extend(dims)
     return out
 
 
@@ -340,7 +334,7 @@ def _onnx_infer(op_type: str, opset: int, shapes: Sequence[Sequence[Dim]], **att
     result = onnx.shape_inference.infer_node_outputs(onnx.defs.get_schema(op_type, opset), node, types).get("o")
     if result is None or not result.tensor_type.HasField("shape"):
         return None
-    return _copy(result.tensor_type.shape.dim)
+    return result.tensor_type.shape.dim[:]  # type: ignore[no-any-return]
 
 
 def broadcast(*shapes: Sequence[Dim]) -> list[Dim] | None:
