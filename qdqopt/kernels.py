@@ -103,14 +103,42 @@ def cpu_kernels(domain: str, op_type: str) -> tuple[KernelDef, ...]:
     return _cpu_kernels().get((normalize_domain(domain), op_type), ())
 
 
-def _actual_arg(node: Node, kind: str, index: int, counts: list[int]) -> str | None:
-    """The actual argument a formal maps to: the first of an input formal's args, or the output at that index."""
+#: per kernel def a node's version accepts, in registry order: per constraint of the def, its allowed types and the
+#: slots (``"i"``/``"o"``, actual position; None: the formal has no actual argument) of the formals bound to it
+_Plan = tuple[tuple[tuple[frozenset[str], tuple[tuple[str, int | None], ...]], ...], ...]
+
+#: (id of the schema, domain, op type, input count) -> (the schema, its plan): what the lookup needs of a node besides
+#: its arguments' types, the same for every node of that op, schema and input count
+_PLANS: dict[tuple[int, str, str, int], tuple[Schema, _Plan]] = {}
+
+
+def _plan(schema: Schema, node: Node) -> _Plan:
+    key = (id(schema), node.domain, node.op_type, len(node.inputs))
+    found = _PLANS.get(key)
+    if found is not None and found[0] is schema:
+        return found[1]
+    counts = input_arg_counts(schema, len(node.inputs))
+    resolver = schema.kernel_type_str_args
+    plan = tuple(
+        tuple(
+            (allowed, tuple((kind, _actual_position(kind, index, counts)) for kind, index in resolver.get(name, ())))
+            for name, allowed in kdef.type_constraints
+        )
+        for kdef in cpu_kernels(node.domain, node.op_type)
+        if kdef.accepts_version(schema.since_version)
+    )
+    _PLANS[key] = (schema, plan)
+    return plan
+
+
+def _actual_position(kind: str, index: int, counts: list[int]) -> int | None:
+    """The position of the argument a formal maps to (an output's index, an input formal's first input), None when
+    the formal has no argument whatever the node's inputs are."""
     if kind == "o":
-        return node.outputs[index] if index < len(node.outputs) else None
+        return index
     if index >= len(counts) or counts[index] == 0:
         return None
-    first = sum(counts[:index])
-    return node.inputs[first] if first < len(node.inputs) else None
+    return sum(counts[:index])
 
 
 def node_has_cpu_kernel(graph: Graph, node: Node) -> bool:
@@ -122,31 +150,29 @@ def node_has_cpu_kernel(graph: Graph, node: Node) -> bool:
     schema = node_schema(node)
     if schema is None:
         return False
-    counts = input_arg_counts(schema, len(node.inputs))
-    resolver = schema.kernel_type_str_args
-    for kdef in cpu_kernels(node.domain, node.op_type):
-        if not kdef.accepts_version(schema.since_version):
-            continue
-        if all(_constraint_ok(graph, node, resolver, counts, name, types) for name, types in kdef.type_constraints):
+    inputs, outputs = node.inputs, node.outputs
+    actual_types: dict[str, str | None] = {}  # an argument's type string, asked once per node
+    for constraints in _plan(schema, node):
+        matches = True
+        for allowed, slots in constraints:  # each of the def's constraints: its first existing argument decides
+            # (ORT throws when a kernel constraint names no formal; the kernel tables of this build have none such)
+            for kind, position in slots:
+                if position is None:
+                    continue
+                args = outputs if kind == "o" else inputs
+                arg = args[position] if position < len(args) else None
+                if arg:  # NodeArg::Exists()
+                    if arg in actual_types:
+                        actual = actual_types[arg]
+                    else:
+                        actual = actual_types[arg] = type_string(graph.value_type(arg))
+                    matches = actual is None or actual in allowed
+                    break
+            if not matches:
+                break
+        if matches:
             return True
     return False
-
-
-def _constraint_ok(
-    graph: Graph,
-    node: Node,
-    resolver: dict[str, tuple[tuple[str, int], ...]],
-    counts: list[int],
-    constraint: str,
-    allowed: frozenset[str],
-) -> bool:
-    # ORT throws when a kernel constraint names no formal; the kernel tables of this build have none such.
-    for kind, index in resolver.get(constraint, ()):
-        arg = _actual_arg(node, kind, index, counts)
-        if arg:  # NodeArg::Exists()
-            actual = type_string(graph.value_type(arg))
-            return actual is None or actual in allowed
-    return True
 
 
 def cpu_kernel_for_types(domain: str, op_type: str, since_version: int, types: Mapping[str, str]) -> bool:

@@ -813,7 +813,9 @@ class Graph:
         """Called before a pass edits the graph: the run's first inference with data (``View.DATA``), if none ran
         yet, types the graph as the Resolve before this pass application left it, not as the application's first
         rewrites make it (a Reshape whose Concat ReshapeFusion folds at this step is unshaped until the next)."""
-        root = inference.root_of(self)
+        root = self
+        while root.parent is not None:  # (inference.root_of, without the call: every edit asks)
+            root = root.parent
         if root._data_types is None and root._pass_began_at is not None:
             root._keep_data_types(inference.infer_with_data(root))
             root._data_typed_at = root._structure_stamp()
@@ -1584,7 +1586,12 @@ class Graph:
         """``Graph::GetConstantInitializer``: the tensor, unless a graph input can override it."""
         tensor = self._inits.get(name)
         if tensor is not None and name:  # this graph's own (the usual case, answered here)
-            return None if self.ir_version >= 4 and name in self.input_index() else tensor
+            if self.ir_version < 4:
+                return tensor
+            cached, values = self._input_index, self.inputs  # input_index's cache, read without the call
+            if cached is None or cached[0] is not values or cached[1] != len(values):
+                return None if name in self.input_index() else tensor
+            return None if name in cached[2] else tensor
         owner = self.initializer_owner(name, check_outer_scope=check_outer_scope)
         if owner is None or not owner.is_constant_initializer(name, check_outer_scope=False):
             return None
