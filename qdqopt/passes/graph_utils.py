@@ -206,22 +206,27 @@ produces_graph_output = node_produces_graph_output
 def check_output_edges(graph: Graph, node: Node, expected: int) -> bool:
     """``optimizer_utils::CheckOutputEdges``: no graph output, exactly ``expected`` output edges, and none into a
     subgraph (an edge to an implicit input: ORT will not fuse part of a subgraph's reads)."""
+    return _checked_consumers(graph, node, expected) is not None
+
+
+def _checked_consumers(graph: Graph, node: Node, expected: int) -> list[Node] | None:
+    """The consumers of :func:`check_output_edges`'s edges (in ``EdgeEndCompare`` order) when it holds, else None."""
     if node_produces_graph_output(graph, node) or graph.output_edge_count(node) != expected:
-        return False
-    edges = graph.output_edges(node)
-    for edge in edges:
+        return None
+    consumers = []
+    for edge in graph.output_edges(node):
         consumer = graph.node(edge.dst)
-        if consumer is None or edge.dst_slot >= len(consumer.inputs):
-            return False
-    return True
+        if consumer is None or _is_implicit(edge, consumer):
+            return None
+        consumers.append(consumer)
+    return consumers
 
 
 def lone_consumer(graph: Graph, node: Node) -> Node | None:
     """``GetLoneConsumerNode``: the node that reads ``node`` when :func:`check_output_edges` allows it one output
     edge (``*OutputNodesBegin()``), else None."""
-    if not check_output_edges(graph, node, 1):
-        return None
-    return output_nodes(graph, node)[0]
+    consumers = _checked_consumers(graph, node, 1)
+    return consumers[0] if consumers is not None else None
 
 
 def node_outputs_in_graph_outputs(graph: Graph, node: Node) -> list[int]:
