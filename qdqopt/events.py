@@ -73,6 +73,7 @@ __all__ = [
     "emit_matched",
     "emit_no_match",
     "recording",
+    "say",
     "text",
 ]
 
@@ -181,15 +182,6 @@ TEXTS: dict[Kind, str] = {
 def text(kind: Kind, **fields: object) -> str:
     """What an event of ``kind`` says: its :data:`TEXTS` template, ``fields`` filled in."""
     return TEXTS[kind].format(**fields)
-
-
-# the graph core's Resolve asks for its two lines by these names
-def remove_initializer_text(name: str) -> str:
-    return text(Kind.REMOVE_INITIALIZER, name=name)
-
-
-def remove_nodearg_text(name: str) -> str:
-    return text(Kind.REMOVE_NODEARG, name=name)
 
 
 # ------------------------------------------------------------------------------------------------ qdqopt's own
@@ -347,6 +339,13 @@ def emit(kind: Kind, text: str, nodes: Sequence[str] = (), data: object = None) 
     return log.add(kind, text, nodes, data) if log is not None else None
 
 
+def say(kind: Kind, nodes: Sequence[str] = (), data: object = None, **fields: object) -> Event | None:
+    """:func:`emit` an event that says what ``kind`` says (:func:`text`, ``fields`` filled in only when a run is
+    recording)."""
+    log = _ACTIVE.get()
+    return log.say(kind, nodes, data, **fields) if log is not None else None
+
+
 def emit_fused(candidate: str, op: str, node: str, domain: str = "") -> None:
     """Record a ``fused`` event: a transformer fusion's ``candidate`` became node ``node`` of type ``op`` (in
     ``domain``); ``data`` is a :class:`Fusion`, the candidate is the first of the nodes."""
@@ -357,7 +356,7 @@ def emit_fused(candidate: str, op: str, node: str, domain: str = "") -> None:
 def emit_matched(node: str, op_type: str) -> None:
     """Record a ``matched`` event: ``SelectorActionTransformer::MatchAndProcess`` matched the unit of ``node`` (of
     type ``op_type``) and its action is about to rewrite it."""
-    emit(Kind.MATCHED, text(Kind.MATCHED, op_type=op_type), (node,))
+    say(Kind.MATCHED, (node,), op_type=op_type)
 
 
 def emit_no_match(no_match: NoMatch, candidate: str, data: object = None) -> None:

@@ -307,7 +307,7 @@ def _run_stages(
     ctx.partitioned = True
     loop_level = int(cfg.get("session.graph_optimizations_loop_level", "1") or "1")
     for iteration in range(MAX_STEPS):
-        events.emit(events.Kind.LOOP, events.text(events.Kind.LOOP, iteration=iteration + 1, loop_level=loop_level))
+        events.say(events.Kind.LOOP, iteration=iteration + 1, loop_level=loop_level)
         changed_l2 = apply_level("L2")
         changed_l3 = apply_level("L3")
         changed_cast = apply_insert_cast()

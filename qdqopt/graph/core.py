@@ -49,7 +49,7 @@ import onnx
 from onnx import numpy_helper
 
 from qdqopt.errors import ModelError
-from qdqopt.events import Kind, emit, remove_initializer_text, remove_nodearg_text
+from qdqopt.events import Kind, say
 from qdqopt.graph import inference
 from qdqopt.graph.order import ort_order_of_adjacency
 from qdqopt.graph.schema import OpSchema, lookup, node_schema, normalize_domain, type_string
@@ -1531,12 +1531,12 @@ class Graph:
         self.record_subgraph_reads()
         removed = self.unused_initializers()
         for name in removed:
-            emit(Kind.REMOVE_INITIALIZER, remove_initializer_text(name), (name,))
+            say(Kind.REMOVE_INITIALIZER, (name,), name=name)
             self.remove_initializer(name)
         unused = self.unused_untyped_values()
         self._untyped_values.clear()
         for name in [name for name in self._arg_map if name in unused] if unused else ():  # node_args_ order
-            emit(Kind.REMOVE_NODEARG, remove_nodearg_text(name), (name,))
+            say(Kind.REMOVE_NODEARG, (name,), name=name)
             self._arg_map.erase(name)
         for name in unused:
             self._known_values.discard(name)

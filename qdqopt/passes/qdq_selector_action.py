@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from qdqopt import events
-from qdqopt.events import Event, Kind, NoMatch, Unit, emit, emit_matched, emit_no_match, text
+from qdqopt.events import Event, Kind, NoMatch, Unit, emit_matched, emit_no_match, say
 from qdqopt.graph import Graph, Node
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.qdq.actions import DropAction
@@ -151,7 +151,7 @@ class QDQSelectorActionTransformer(GraphTransformer):
     @staticmethod
     def _taken(unit: Unit, dropped: bool) -> None:
         kind = Kind.DROPPED if dropped else Kind.FUSED
-        emit(kind, text(kind, unit=unit), (unit.target, *unit.dq_nodes, *unit.q_nodes), unit)
+        say(kind, (unit.target, *unit.dq_nodes, *unit.q_nodes), unit, unit=unit)
 
 
 def unit_reports(recorded: Iterable[Event]) -> list[UnitReport]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnx
 
-from qdqopt.events import Kind, NoMatch, active, emit, emit_no_match, text
+from qdqopt.events import Kind, NoMatch, active, emit_no_match, say
 from qdqopt.graph import Graph, Node
 from qdqopt.graph.schema import normalize_domain
 from qdqopt.passes.transpose_optimization.api import ApiGraph, Quant
@@ -69,9 +69,9 @@ def record_layout(push: PushEvent) -> PushEvent:
     if push.outcome == "pushed":
         if not push.reason:
             push = replace(push, reason=pushed_form(push.op))
-        emit(Kind.PUSHED, text(Kind.PUSHED, op=push.op, became=push.reason), (push.node_name,), push)
+        say(Kind.PUSHED, (push.node_name,), push, op=push.op, became=push.reason)
     elif push.outcome == "converted":
-        emit(Kind.CONVERTED, text(Kind.CONVERTED, op=push.op, became=push.reason), (push.node_name,), push)
+        say(Kind.CONVERTED, (push.node_name,), push, op=push.op, became=push.reason)
     else:
         emit_no_match(NoMatch(push.reason), push.node_name, push)
     return push
