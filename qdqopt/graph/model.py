@@ -144,12 +144,14 @@ def _read_whole(path: Path) -> tuple[onnx.ModelProto, Path, bool]:
         raise ModelError(f"{path}: not an ONNX model (no graph)")
     base = path.resolve().parent
     _check_external_locations(proto.graph, base, path)
-    return proto, base, fmt == "protobuf" and len(data) < SPLIT_READ_BYTES and _utf8_bytes_valid(data)
+    valid = fmt == "protobuf" and len(data) < SPLIT_READ_BYTES and _utf8_bytes_valid(onnx.ModelProto, data)
+    return proto, base, valid
 
 
-def _utf8_bytes_valid(data: bytes) -> bool:
-    """Whether the bytes of a ModelProto parse as its UTF-8-verifying twin (False: a string may not be UTF-8)."""
-    twin = _utf8_verifying_types().get(onnx.ModelProto.DESCRIPTOR.full_name)
+def _utf8_bytes_valid(message_type: type[Message], data: bytes) -> bool:
+    """Whether ``data``, the bytes of a ``message_type``, parse as its UTF-8-verifying twin
+    (:func:`_utf8_verifying_types`; False: a string may not be UTF-8)."""
+    twin = _utf8_verifying_types().get(message_type.DESCRIPTOR.full_name)
     if twin is None:
         return False
     try:
@@ -326,20 +328,16 @@ def _strings_valid(message: Message) -> bool:
     """
     if isinstance(message, onnx.TensorProto):  # set fields: strings read as str, no message (external data ...)
         return all(d.type == FieldDescriptor.TYPE_STRING and type(v) is str for d, v in _set_fields(message))
-    twin = _utf8_verifying_types().get(message.DESCRIPTOR.full_name)
-    if twin is None:
-        return False
     bulky = _BULKY_FIELDS.get(message.DESCRIPTOR.full_name, "")
     parts = _field_messages(message, message.DESCRIPTOR.fields_by_name[bulky]) if bulky else []
     probe = message
-    try:
-        if parts:
-            probe = type(message)()
-            _copy_fields(probe, message, skip=bulky)  # (a string field read as bytes is refused: ValueError)
-        twin.FromString(probe.SerializeToString())
-    except (DecodeError, ValueError):
-        return False
-    return all(_strings_valid(part) for part in parts)
+    if parts:
+        probe = type(message)()
+        try:
+            _copy_fields(probe, message, skip=bulky)
+        except ValueError:  # a string field read as bytes is refused
+            return False
+    return _utf8_bytes_valid(type(message), probe.SerializeToString()) and all(_strings_valid(p) for p in parts)
 
 
 def _field_messages(message: Message, descriptor: FieldDescriptor) -> list[Message]:
