@@ -664,21 +664,12 @@ class Graph:
             index, name, op_type, domain, inputs, outputs, attributes, doc_string, "", {}, [], None, original, attr_map
         )
         self._nodes[index] = node
-        nx_graph = self._nx  # _nx_add's steps
-        nx_graph._succ[index] = {}
-        nx_graph._pred[index] = {}
-        nx_graph._node[index] = {}
+        self._nx_add(index)
         _count_up(self._live_names, name)
-        _count_up(self._op_count, f"{domain}.{op_type}" if domain else op_type)  # (qualified_op)
-        same_op = self._by_op.get(op_type)  # _index_op's steps
-        if same_op is None:
-            self._by_op[op_type] = {index}
-        else:
-            same_op.add(index)
+        _count_up(self._op_count, node.qualified_op)
+        self._index_op(node)
         self._unfilled.add(index)
-        found = self._schemas.get((domain, op_type), _NO_SCHEMA)  # (schema's cache, asked first)
-        schema = self.schema(node) if found is _NO_SCHEMA else cast("OpSchema | None", found)
-        node.since_version = schema.since_version if schema else None
+        node.since_version = self._since_version(node)
         known, producer = self._known_values, self._producer
         for slot, value in enumerate(outputs):
             if value:
@@ -1586,12 +1577,7 @@ class Graph:
         """``Graph::GetConstantInitializer``: the tensor, unless a graph input can override it."""
         tensor = self._inits.get(name)
         if tensor is not None and name:  # this graph's own (the usual case, answered here)
-            if self.ir_version < 4:
-                return tensor
-            cached, values = self._input_index, self.inputs  # input_index's cache, read without the call
-            if cached is None or cached[0] is not values or cached[1] != len(values):
-                return None if name in self.input_index() else tensor
-            return None if name in cached[2] else tensor
+            return None if self.ir_version >= 4 and name in self.input_index() else tensor
         owner = self.initializer_owner(name, check_outer_scope=check_outer_scope)
         if owner is None or not owner.is_constant_initializer(name, check_outer_scope=False):
             return None

@@ -521,10 +521,8 @@ class StdUnorderedMap:
             for key in keys:
                 self.insert(key)
             return
-        # a linked table: insert_hashed's steps inlined, _insert_bucket_begin's too (a NodeArg map takes thousands of
-        # names at once)
+        # a linked table: insert_hashed's steps inlined (a NodeArg map takes thousands of names at once)
         index, policy, hashes = self._index, self._policy, _STR_HASHES
-        before_begin, buckets, bucket_count = self._before_begin, self._buckets, self._bucket_count
         for key in keys:
             if key in index:
                 continue
@@ -533,22 +531,10 @@ class StdUnorderedMap:
                 code = std_hash_string(key)
             node = _Node(key, code)
             if len(index) + 1 > policy.next_resize:
-                do_rehash, count = policy.need_rehash(bucket_count, len(index), 1)
+                do_rehash, count = policy.need_rehash(self._bucket_count, len(index), 1)
                 if do_rehash:
                     self._rehash_unique(count)
-                    buckets, bucket_count = self._buckets, self._bucket_count
-            bkt = code % bucket_count
-            before = buckets[bkt]
-            if before is not None:
-                node.nxt = before.nxt
-                before.nxt = node
-            else:
-                head = before_begin.nxt
-                node.nxt = head
-                before_begin.nxt = node
-                if head is not None:  # the bucket of the former head pointed at the sentinel
-                    buckets[head.code % bucket_count] = node
-                buckets[bkt] = before_begin
+            self._insert_bucket_begin(code % self._bucket_count, node)
             index[key] = node
         self._keys = None
 
