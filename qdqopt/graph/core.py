@@ -39,9 +39,9 @@ import enum
 import functools
 import operator
 import types
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar, cast, overload
+from typing import Any, NamedTuple, overload
 
 import networkx as nx
 import numpy as np
@@ -220,42 +220,6 @@ class Changes:
         return bool(self.added or self.removed or self.rewired)
 
 
-_T = TypeVar("_T")
-
-
-class _AttributeGetter(Protocol[_T]):
-    @overload
-    def __call__(self, name: str) -> _T | None: ...
-    @overload
-    def __call__(self, name: str, default: _T) -> _T: ...
-
-
-class _TypedAttribute(Generic[_T]):
-    """A typed accessor of :class:`Node`: ``node.attr_int("axis")`` is the value of the node's ``axis`` attribute
-    when it has the accessor's AttributeProto type, else the default (None unless given)."""
-
-    def __init__(self, kind: int, convert: Callable[[onnx.AttributeProto], _T], doc: str) -> None:
-        self.kind = kind
-        self.convert = convert
-        self.__doc__ = f"{doc}, or ``default``."
-
-    @overload
-    def __get__(self, node: None, owner: type[Node]) -> _TypedAttribute[_T]: ...
-    @overload
-    def __get__(self, node: Node, owner: type[Node]) -> _AttributeGetter[_T]: ...
-    def __get__(self, node: Node | None, owner: type[Node]) -> _TypedAttribute[_T] | _AttributeGetter[_T]:
-        if node is None:  # on the class (help(Node)): the accessor itself
-            return self
-        attributes = node.attributes
-        kind, convert = self.kind, self.convert
-
-        def get(name: str, default: _T | None = None) -> _T | None:
-            proto = attributes.get(name)
-            return convert(proto) if proto is not None and proto.type == kind else default
-
-        return cast("_AttributeGetter[_T]", get)
-
-
 @dataclass(eq=False)
 class Node:
     """A node as ORT holds it. Mutate it only through :class:`Graph` methods (except ``doc_string``/``ep``)."""
@@ -300,32 +264,74 @@ class Node:
     # Typed accessors. Each returns the attribute's value when the node has it with that type (ONNX's
     # AttributeProto.type; ORT's loader has checked it against the schema), else ``default`` (None unless given):
     # ``graph_utils::GetNodeAttribute`` followed by ``attr->i()`` / ``ints()`` / ``f()`` / ``s()`` in ORT's passes.
-    attr_int = _TypedAttribute(onnx.AttributeProto.INT, lambda p: int(p.i), "An ``INT`` attribute (``attr->i()``)")
-    attr_ints = _TypedAttribute(
-        onnx.AttributeProto.INTS,
-        lambda p: [int(v) for v in p.ints],
-        "An ``INTS`` attribute as a new list (``GetRepeatedNodeAttributeValues``)",
-    )
-    attr_float = _TypedAttribute(
-        onnx.AttributeProto.FLOAT,
-        lambda p: float(p.f),
-        "A ``FLOAT`` attribute (``attr->f()``, a float32 widened to a Python float)",
-    )
-    attr_floats = _TypedAttribute(
-        onnx.AttributeProto.FLOATS, lambda p: [float(v) for v in p.floats], "A ``FLOATS`` attribute as a new list"
-    )
-    attr_str = _TypedAttribute(
-        onnx.AttributeProto.STRING,
-        lambda p: decode_str(p.s),
-        "A ``STRING`` attribute decoded as UTF-8 (``attr->s()``; bytes that are not UTF-8 kept as surrogates, so "
-        "that they equal no valid name, as in ORT's byte comparison: :func:`decode_str`)",
-    )
-    attr_strs = _TypedAttribute(
-        onnx.AttributeProto.STRINGS,
-        lambda p: [decode_str(v) for v in p.strings],
-        "A ``STRINGS`` attribute, each decoded as UTF-8",
-    )
-    attr_tensor = _TypedAttribute(onnx.AttributeProto.TENSOR, lambda p: p.t, "A ``TENSOR`` attribute (the proto)")
+    def _typed(self, name: str, kind: int) -> onnx.AttributeProto | None:
+        """The attribute ``name`` when it has the AttributeProto type ``kind``, else None."""
+        p = self.attributes.get(name)
+        return p if p is not None and p.type == kind else None
+
+    @overload
+    def attr_int(self, name: str) -> int | None: ...
+    @overload
+    def attr_int(self, name: str, default: int) -> int: ...
+    def attr_int(self, name: str, default: int | None = None) -> int | None:
+        """An ``INT`` attribute (``attr->i()``), or ``default``."""
+        p = self._typed(name, onnx.AttributeProto.INT)
+        return default if p is None else int(p.i)
+
+    @overload
+    def attr_ints(self, name: str) -> list[int] | None: ...
+    @overload
+    def attr_ints(self, name: str, default: list[int]) -> list[int]: ...
+    def attr_ints(self, name: str, default: list[int] | None = None) -> list[int] | None:
+        """An ``INTS`` attribute as a new list (``GetRepeatedNodeAttributeValues``), or ``default``."""
+        p = self._typed(name, onnx.AttributeProto.INTS)
+        return default if p is None else [int(v) for v in p.ints]
+
+    @overload
+    def attr_float(self, name: str) -> float | None: ...
+    @overload
+    def attr_float(self, name: str, default: float) -> float: ...
+    def attr_float(self, name: str, default: float | None = None) -> float | None:
+        """A ``FLOAT`` attribute (``attr->f()``, a float32 widened to a Python float), or ``default``."""
+        p = self._typed(name, onnx.AttributeProto.FLOAT)
+        return default if p is None else float(p.f)
+
+    @overload
+    def attr_floats(self, name: str) -> list[float] | None: ...
+    @overload
+    def attr_floats(self, name: str, default: list[float]) -> list[float]: ...
+    def attr_floats(self, name: str, default: list[float] | None = None) -> list[float] | None:
+        """A ``FLOATS`` attribute as a new list, or ``default``."""
+        p = self._typed(name, onnx.AttributeProto.FLOATS)
+        return default if p is None else [float(v) for v in p.floats]
+
+    @overload
+    def attr_str(self, name: str) -> str | None: ...
+    @overload
+    def attr_str(self, name: str, default: str) -> str: ...
+    def attr_str(self, name: str, default: str | None = None) -> str | None:
+        """A ``STRING`` attribute decoded as UTF-8 (``attr->s()``; bytes that are not UTF-8 kept as surrogates, so
+        that they equal no valid name, as in ORT's byte comparison: :func:`decode_str`), or ``default``."""
+        p = self._typed(name, onnx.AttributeProto.STRING)
+        return default if p is None else decode_str(p.s)
+
+    @overload
+    def attr_strs(self, name: str) -> list[str] | None: ...
+    @overload
+    def attr_strs(self, name: str, default: list[str]) -> list[str]: ...
+    def attr_strs(self, name: str, default: list[str] | None = None) -> list[str] | None:
+        """A ``STRINGS`` attribute, each decoded as UTF-8, or ``default``."""
+        p = self._typed(name, onnx.AttributeProto.STRINGS)
+        return default if p is None else [decode_str(v) for v in p.strings]
+
+    @overload
+    def attr_tensor(self, name: str) -> onnx.TensorProto | None: ...
+    @overload
+    def attr_tensor(self, name: str, default: onnx.TensorProto) -> onnx.TensorProto: ...
+    def attr_tensor(self, name: str, default: onnx.TensorProto | None = None) -> onnx.TensorProto | None:
+        """A ``TENSOR`` attribute (the proto), or ``default``."""
+        p = self._typed(name, onnx.AttributeProto.TENSOR)
+        return default if p is None else p.t
 
     def __repr__(self) -> str:
         return f"Node({self.index}, {self.qualified_op}, name={self.name!r})"
@@ -379,6 +385,8 @@ class Graph:
         # the live nodes that have subgraphs (kept by add_node, remove_node and refresh_implicit_inputs, which every
         # attaching of a subgraph is followed by), so that what recurses into subgraphs skips the other nodes
         self._sub_nodes: set[int] = set()
+        # the model-local functions by (domain, name, overload), on the main graph (schema.set_local_functions)
+        self.local_functions: dict[tuple[str, str, str], onnx.FunctionProto] = {}
         # live node names (with multiplicity) and op counts, kept as nodes come and go
         self._live_names: collections.Counter[str] = collections.Counter()
         self._op_count: collections.Counter[str] = collections.Counter()
@@ -453,8 +461,9 @@ class Graph:
         """An independent copy (nodes, edges, values, initializers, names, counters, the types inferred so far;
         subgraphs cloned too), for a pass that tries a rewrite before deciding. Initializer tensors and attribute
         protos are shared: passes replace them, never edit them in place."""
-        new = Graph.__new__(Graph)
-        new.__dict__.update(self.__dict__)
+        new = Graph(name=self.name, opsets=self.opsets)  # (mypyc's Graph.__new__ would call __init__ too)
+        for name in _CLONED_FIELDS:  # immutable ones by reference; the others are copied below
+            setattr(new, name, getattr(self, name))
         new.parent = parent if parent is not None else self.parent
         new.parent_node = parent_node if parent_node is not None else self.parent_node
         new.opsets = parent.opsets if parent is not None else dict(self.opsets)
@@ -517,7 +526,8 @@ class Graph:
             )
             copied.subgraphs = {k: sub.clone(new, copied) for k, sub in node.subgraphs.items()}
             new._nodes[index] = copied
-        unknown = set(self.__dict__) - _CLONED_FIELDS
+        # (compiled with mypyc, a Graph has no __dict__: its fields are fixed at compile time)
+        unknown = set(getattr(self, "__dict__", ())) - _CLONED_FIELDS
         assert not unknown, f"Graph.clone does not know the fields {sorted(unknown)}"
         return new
 
@@ -996,7 +1006,7 @@ class Graph:
         declared inputs; kernel matching and InsertCast read this directly.
         """
         found = self._types.get(name)
-        if found is None and self.parent is not None and not self._defined_here(name):
+        if found is None and self.parent is not None and not self.defines(name):
             return self.parent.value_type(name)
         return found
 
@@ -1350,7 +1360,7 @@ class Graph:
         """An initializer that no graph input can override (``graph_utils::IsConstantInitializer``)."""
         if name in self._inits:
             return not (self.ir_version >= 4 and name in self.input_index())
-        if check_outer_scope and self.parent is not None and not self._defined_here(name):
+        if check_outer_scope and self.parent is not None and not self.defines(name):
             return self.parent.is_constant_initializer(name)
         return False
 
@@ -1551,15 +1561,13 @@ class Graph:
         seen: dict[str, None] = {}
         for node in self.nodes():
             for value in (*node.inputs, *node.implicit_inputs):
-                if value and not self._defined_here(value):
+                if value and not self.defines(value):
                     seen.setdefault(value, None)
         return list(seen)
 
     def defines(self, value: str) -> bool:
         """Whether ``value`` is produced, initialized or a graph input in this graph (not an outer-scope value)."""
         return value in self._producer or value in self._inits or value in self.input_index()
-
-    _defined_here = defines
 
     def initializer_owner(self, name: str, *, check_outer_scope: bool = True) -> Graph | None:
         """The graph whose initializer ``name`` refers to: this one, or (for a value this graph does not define)
@@ -1927,6 +1935,7 @@ _CLONED_FIELDS = {
     "_consumers",
     "_consumed",
     "_sub_nodes",
+    "local_functions",
     "_live_names",
     "_op_count",
     "_journal",

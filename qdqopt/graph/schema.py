@@ -17,7 +17,6 @@ ops the model defines, which inference types through their bodies and the partit
 from __future__ import annotations
 
 import functools
-import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -342,23 +341,19 @@ def _data_type_by_name(name: str) -> int:
 FunctionKey = tuple[str, str, str]
 
 
-# The model-local functions of each loaded model, keyed by its main graph (a Graph has no slot for them: its fields
-# are fixed, see Graph.clone). Filled by load_model, read by the partitioner.
-_LOCAL_FUNCTIONS: weakref.WeakKeyDictionary[Graph, dict[FunctionKey, onnx.FunctionProto]] = weakref.WeakKeyDictionary()
-
-
 def function_key(domain: str, name: str, overload: str = "") -> FunctionKey:
     """The key ORT finds a model-local function by (its domain, name and overload)."""
     return (domain, name, overload)
 
 
 def set_local_functions(graph: Graph, functions: Iterable[onnx.FunctionProto]) -> None:
-    """Record the model-local functions of the model whose main graph is ``graph``."""
+    """Record the model-local functions of the model whose main graph is ``graph`` (its ``local_functions``, which
+    load_model fills and the partitioner reads)."""
     table: dict[FunctionKey, onnx.FunctionProto] = {}
     for function in functions:
         table[function_key(function.domain, function.name, function.overload)] = function
     if table:
-        _LOCAL_FUNCTIONS[graph] = table
+        graph.local_functions = table
 
 
 def local_functions(graph: Graph) -> dict[FunctionKey, onnx.FunctionProto]:
@@ -366,4 +361,4 @@ def local_functions(graph: Graph) -> dict[FunctionKey, onnx.FunctionProto]:
     root = graph
     while root.parent is not None:
         root = root.parent
-    return _LOCAL_FUNCTIONS.get(root, {})
+    return root.local_functions
