@@ -36,6 +36,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import qdqopt
 from qdqopt.api import run
 from qdqopt.cli import example_model
 from qdqopt.graph import Model, load_model, save_model
@@ -94,7 +95,11 @@ def main() -> None:
     if args.memory:
         _memory_main(args.models, args.levels or "99", args.workdir, args.repeat)
         return
-    print(f"{'model':<48} {'level':<12} {'load ms':>8} {'passes ms':>9} {'save ms':>8} {'ORT ms':>8} {'peak MiB':>8}")
+    print(f"qdqopt {qdqopt.__version__}, {qdqopt.build()}")
+    print(
+        f"{'model':<48} {'level':<12} {'load ms':>8} {'passes ms':>9} {'save ms':>8} {'ORT ms':>8} {'ratio':>6} "
+        f"{'peak MiB':>8}"
+    )
     ratios: list[str] = []
     for path in args.models or _default_models():
         totals: dict[Level, tuple[float, float]] = {}
@@ -139,7 +144,8 @@ def _bench_one(path: Path, level: Level, repeat: int) -> tuple[str, tuple[float,
     total = load + max(passes, 0.0) + save
     row = (
         f"{_short(path):<48} {level.short:<12} {load * 1e3:8.1f} {max(passes, 0.0) * 1e3:9.1f} {save * 1e3:8.1f} "
-        f"{ort * 1e3:8.1f} {peak:8.1f}" + (f"  (declined: {', '.join(disabled)})" if disabled else "")
+        f"{ort * 1e3:8.1f} {total / ort:5.2f}x {peak:8.1f}"
+        + (f"  (declined: {', '.join(disabled)})" if disabled else "")
     )
     return row, (total, ort)
 

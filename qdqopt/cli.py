@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 
 import onnx
 
-from qdqopt import __version__, events, jsonout, reference
+from qdqopt import __version__, build, events, jsonout, reference
 from qdqopt.api import run
 from qdqopt.compare import ISOLATION, compare_level, run_paired
 from qdqopt.config import SessionConfig
@@ -613,7 +613,7 @@ class _NameList(argparse.Action):
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="qdqopt", description="See, toggle and test ORT's QDQ graph rewrites.")
-    parser.add_argument("--version", action="version", version=f"qdqopt {__version__}")
+    parser.add_argument("--version", action="version", version=f"qdqopt {__version__} ({build()})")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser, *, disable: bool = True) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = ["qdqopt", "fixtures", "tests", "benchmarks"]
+TARGETS = ["qdqopt", "fixtures", "tests", "benchmarks", "setup.py", "_build"]
 
 
 def _tool(name: str) -> list[str]:

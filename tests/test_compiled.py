@@ -1,0 +1,136 @@
+"""The compiled build against the source it is compiled from.
+
+``pip install .`` compiles the graph core and the helpers every pass calls with mypyc (``setup.py``'s ``COMPILED``);
+the tests run the source, since an editable install is never compiled. This test compiles those modules from this
+checkout into a temporary copy, then runs qdqopt twice in child processes, once from the copy and once from the
+source, over the same models: the bundled examples, the CI sample of the fixtures, and a seeded sample of the shared
+corpus. Each is run at every level in the default and int8 configs. Every saved model, ``trace --ort`` line and
+VERBOSE line must be the same, and so must every refusal's message.
+
+The build takes about three minutes on two cores. CI runs the sample; ``QDQOPT_FULL=1`` runs every fixture and
+every corpus model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import (
+    FULL,
+    ROOT,
+    corpus_id,
+    corpus_models,
+    fixture_names,
+    handbuilt_sample,
+    realarch_sample,
+    transformers_sample,
+)
+
+#: corpus models in the CI sample (the MobileNetV3 always among them); QDQOPT_FULL=1: all
+CORPUS_COUNT = 12
+_MOBILENET = "ort_testdata/csharp/tools/MauiModelTester/Resources/Raw/test_data/model.onnx"
+
+# Runs in a child process: argv[1] is the JSON list of models ("fixture:<name>" or a path), sys.path[0] the tree
+# qdqopt is imported from. Prints {"build": qdqopt.build(), "results": {model|level|config: digest or refusal}}.
+_WORKER = r"""
+import hashlib, json, sys, warnings
+warnings.simplefilter("ignore")
+import qdqopt
+import fixtures
+results = {}
+for item in json.loads(sys.argv[1]):
+    model = fixtures.get(item[8:]).build() if item.startswith("fixture:") else item
+    for level in (0, 1, 2, 3, 99):
+        for config_name, config in (("default", {}), ("int8", {"session.qdqisint8allowed": "1"})):
+            key = f"{item}|{level}|{config_name}"
+            try:
+                run = qdqopt.run(model, level, config=config)
+            except Exception as e:  # a refusal: the same one, in the same words
+                results[key] = f"{type(e).__name__}: {e}"
+                continue
+            digest = hashlib.sha256(run.model.SerializeToString())
+            digest.update("\n".join(run.pipeline.ort_lines()).encode())
+            digest.update("\n".join(run.pipeline.verbose_lines()).encode())
+            results[key] = digest.hexdigest()
+print(json.dumps({"build": qdqopt.build(), "results": results}))
+"""
+
+
+def _sample() -> list[str]:
+    examples = sorted(str(p) for p in (ROOT / "qdqopt" / "examples").glob("*.onnx"))
+    chosen = set(fixture_names()) if FULL else handbuilt_sample() | realarch_sample() | transformers_sample()
+    fixtures = [f"fixture:{name}" for name in sorted(chosen)]
+    corpus = {corpus_id(p): str(p) for p in corpus_models()}
+    if FULL:
+        ids = sorted(corpus)
+    else:
+        others = sorted(key for key in corpus if key != _MOBILENET)
+        ids = random.Random(17).sample(others, min(CORPUS_COUNT - 1, len(others)))
+        ids += [_MOBILENET] if _MOBILENET in corpus else []
+    return examples + fixtures + [corpus[key] for key in sorted(ids)]
+
+
+@pytest.fixture(scope="module")
+def compiled_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the package with setup.py's modules compiled in place (skips, saying why, without a C compiler or
+    mypyc)."""
+    spec = importlib.util.spec_from_file_location("qdqopt_build_backend", ROOT / "_build" / "backend.py")
+    assert spec is not None and spec.loader is not None
+    backend = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(backend)
+    missing = backend.missing_toolchain()
+    if missing is not None:
+        pytest.skip(f"{missing} found: the compiled build cannot be built here")
+    pytest.importorskip("mypyc", reason="mypyc (part of mypy, in the dev extra) is not installed")
+    tree = tmp_path_factory.mktemp("compiled")
+    shutil.copytree(ROOT / "qdqopt", tree / "qdqopt", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, tree / name)
+    built = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=tree,
+        env={**os.environ, "QDQOPT_COMPILE": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0, f"the mypyc build failed:\n{built.stdout[-3000:]}\n{built.stderr[-3000:]}"
+    return tree
+
+
+def _run(tree: Path, models: list[str]) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", _WORKER, json.dumps(models)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT)])},
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=3600,
+    )
+    assert done.returncode == 0, f"qdqopt from {tree} failed:\n{done.stderr[-3000:]}"
+    out: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    return out
+
+
+def test_compiled_build_gives_the_same_outputs(compiled_tree: Path) -> None:
+    models = _sample()
+    compiled, source = _run(compiled_tree, models), _run(ROOT, models)
+    assert compiled["build"] == "compiled with mypyc", "the copy's qdqopt.graph.core is not the compiled module"
+    assert source["build"] == "pure Python", "the source run imported a compiled module (a stray .so in the checkout?)"
+    theirs, ours = compiled["results"], source["results"]
+    assert isinstance(theirs, dict) and isinstance(ours, dict)
+    assert theirs.keys() == ours.keys()
+    differing = sorted(key for key in ours if theirs[key] != ours[key])
+    assert not differing, f"{len(differing)} of {len(ours)} runs differ, e.g. {differing[:5]}: " + "; ".join(
+        f"compiled {theirs[k]!s:.200} / source {ours[k]!s:.200}" for k in differing[:3]
+    )
