@@ -1,8 +1,10 @@
 """Benchmark: qdqopt's load, pipeline and save against ORT's session creation, per model and level.
 
 Usage: ``python benchmarks/bench.py [MODEL.onnx ...] [--levels 0,1,2] [--repeat 5]``. Without models it uses the
-bundled example and, when the shared corpus is beside the checkout, its largest models. Prints the median wall time
-of each step and qdqopt's peak Python memory (tracemalloc) per run, and, for a model measured at EXTENDED and at
+bundled example and, when the shared corpus is beside the checkout, its largest models. Each of ``--repeat`` rounds
+times qdqopt's load, passes and save (``save_model``) and ORT's session creation back to back; it prints the median
+wall time of each step, the median of the rounds' ratios (qdqopt's load + passes + save over ORT's session), and
+qdqopt's peak Python memory (tracemalloc) per run; and, for a model measured at EXTENDED and at
 LAYOUT or ALL, how much the layout level costs over EXTENDED (qdqopt's load + passes + save, and ORT's). Numbers, not
 assertions: run it before and after a change.
 
@@ -56,15 +58,6 @@ def _default_models() -> list[Path]:
     if CORPUS.is_dir():
         models += sorted(CORPUS.rglob("*.onnx"), key=lambda p: p.stat().st_size, reverse=True)[:3]
     return models
-
-
-def _median(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -132,20 +125,31 @@ def _bench_one(path: Path, level: Level, repeat: int) -> tuple[str, tuple[float,
     except Exception:
         return None  # a model ORT rejects is skipped
     disabled = sorted(run(path, level).pipeline.unsupported)  # what qdqopt declines on this model
-    load = _median(lambda: load_model(path), repeat)
-    passes = _median(lambda: run_pipeline(load_model(path), level, disabled=set(disabled)), repeat) - load
-    model = _run(path, level, disabled)
-    save = _median(lambda: save_model(model), repeat)
-    ort = _median(lambda: run_reference(path, level, capture_log=False), repeat)
+    # each round times qdqopt's load, passes and save and ORT's session back to back, so that the machine's drift
+    # over the run (a shared VM's speed moves by a third within a minute) reaches both alike
+    rounds = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        model = load_model(path)
+        loaded = time.perf_counter()
+        run_pipeline(model, level, disabled=set(disabled))
+        passed = time.perf_counter()
+        save_model(model)
+        saved = time.perf_counter()
+        del model
+        before_ort = time.perf_counter()
+        run_reference(path, level, capture_log=False)
+        rounds.append((loaded - start, passed - loaded, saved - passed, time.perf_counter() - before_ort))
+    load, passes, save, ort = (statistics.median(r[step] for r in rounds) for step in range(4))
+    ratio = statistics.median((r[0] + r[1] + r[2]) / r[3] for r in rounds)
     tracemalloc.start()
     save_model(_run(path, level, disabled))
     peak = tracemalloc.get_traced_memory()[1] / MIB
     tracemalloc.stop()
-    total = load + max(passes, 0.0) + save
+    total = load + passes + save
     row = (
-        f"{_short(path):<48} {level.short:<12} {load * 1e3:8.1f} {max(passes, 0.0) * 1e3:9.1f} {save * 1e3:8.1f} "
-        f"{ort * 1e3:8.1f} {total / ort:5.2f}x {peak:8.1f}"
-        + (f"  (declined: {', '.join(disabled)})" if disabled else "")
+        f"{_short(path):<48} {level.short:<12} {load * 1e3:8.1f} {passes * 1e3:9.1f} {save * 1e3:8.1f} "
+        f"{ort * 1e3:8.1f} {ratio:5.2f}x {peak:8.1f}" + (f"  (declined: {', '.join(disabled)})" if disabled else "")
     )
     return row, (total, ort)
 
