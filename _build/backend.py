@@ -17,11 +17,13 @@ from setuptools import build_meta as _setuptools
 from setuptools.build_meta import *  # noqa: F403  (the hooks this module does not change)
 
 
-def _mypyc() -> str:
-    """mypyc is part of mypy: the requirement the dev extra pins (pyproject.toml, read from the project root)."""
+def _compile_requires() -> list[str]:
+    """What a compiling build needs: mypyc, which is part of mypy (the version the dev extra pins), and the
+    project's dependencies, whose types mypyc's analysis reads (pyproject.toml, read from the project root)."""
     with open("pyproject.toml", "rb") as f:
-        dev = tomllib.load(f)["project"]["optional-dependencies"]["dev"]
-    return str(next(r for r in dev if r.split("==")[0].strip() == "mypy"))
+        project = tomllib.load(f)["project"]
+    mypy = next(r for r in project["optional-dependencies"]["dev"] if r.split("==")[0].strip() == "mypy")
+    return [str(mypy), *(str(r) for r in project["dependencies"])]
 
 
 def missing_toolchain() -> str | None:
@@ -46,7 +48,7 @@ def _compiling() -> bool:
 
 
 def get_requires_for_build_wheel(config_settings: dict[str, Any] | None = None) -> list[str]:
-    extra = [_mypyc()] if _compiling() else []
+    extra = _compile_requires() if _compiling() else []
     return [*_setuptools.get_requires_for_build_wheel(config_settings), *extra]
 
 
