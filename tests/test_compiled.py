@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,15 +80,45 @@ def _sample() -> list[str]:
     return examples + fixtures + [corpus[key] for key in sorted(ids)]
 
 
-@pytest.fixture(scope="module")
-def compiled_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the package with setup.py's modules compiled in place (skips, saying why, without a C compiler or
-    mypyc)."""
+def _backend() -> Any:
+    """``_build/backend.py``, the build backend ``pip install .`` runs."""
     spec = importlib.util.spec_from_file_location("qdqopt_build_backend", ROOT / "_build" / "backend.py")
     assert spec is not None and spec.loader is not None
     backend = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(backend)
-    missing = backend.missing_toolchain()
+    return backend
+
+
+def test_backend_compiles_only_a_wheel_with_a_toolchain(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wheel asks for mypyc and the dependencies its analysis reads; QDQOPT_COMPILE=0, or a machine without a C
+    compiler, gives a pure-Python wheel that says why; an editable install never compiles."""
+    backend = _backend()
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("QDQOPT_COMPILE", raising=False)
+    if backend.missing_toolchain() is None:
+        assert backend._compiling()
+        assert any(r.startswith("mypy==") for r in backend.get_requires_for_build_wheel())
+        assert any(r.startswith("onnxruntime") for r in backend.get_requires_for_build_wheel())
+    monkeypatch.setenv("QDQOPT_COMPILE", "0")
+    assert not backend._compiling()
+    assert not any(r.startswith("mypy") for r in backend.get_requires_for_build_wheel())
+    monkeypatch.delenv("QDQOPT_COMPILE")
+    monkeypatch.setattr(backend.shutil, "which", lambda name: None)
+    assert backend.missing_toolchain().startswith("no C compiler")
+    assert not backend._compiling()
+    assert "building pure Python" in capsys.readouterr().err
+    monkeypatch.setattr(backend._setuptools, "build_editable", lambda *args: os.environ["QDQOPT_COMPILE"])
+    monkeypatch.setenv("QDQOPT_COMPILE", "1")
+    assert backend.build_editable("wheels") == "0"
+
+
+@pytest.fixture(scope="module")
+def compiled_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the package with setup.py's modules compiled in place (skips, saying why, without a C compiler or
+    mypyc)."""
+    missing = _backend().missing_toolchain()
     if missing is not None:
         pytest.skip(f"{missing} found: the compiled build cannot be built here")
     pytest.importorskip("mypyc", reason="mypyc (part of mypy, in the dev extra) is not installed")
