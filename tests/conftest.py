@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import os
 import random
@@ -13,6 +14,7 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 import onnx
 import pytest
@@ -23,6 +25,17 @@ from qdqopt.reference import check_accepted
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
+
+
+def load_file_module(path: Path, name: str) -> ModuleType:
+    """The module in ``path`` (a script outside the package: benchmarks/, _build/), imported as ``name`` and
+    registered in ``sys.modules`` (dataclasses look their module up)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def corpus_models() -> list[Path]:

@@ -13,7 +13,6 @@ every corpus model.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -32,6 +31,7 @@ from tests.conftest import (
     corpus_models,
     fixture_names,
     handbuilt_sample,
+    load_file_module,
     realarch_sample,
     transformers_sample,
 )
@@ -82,11 +82,7 @@ def _sample() -> list[str]:
 
 def _backend() -> Any:
     """``_build/backend.py``, the build backend ``pip install .`` runs."""
-    spec = importlib.util.spec_from_file_location("qdqopt_build_backend", ROOT / "_build" / "backend.py")
-    assert spec is not None and spec.loader is not None
-    backend = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(backend)
-    return backend
+    return load_file_module(ROOT / "_build" / "backend.py", "qdqopt_build_backend")
 
 
 def test_backend_compiles_only_a_wheel_with_a_toolchain(

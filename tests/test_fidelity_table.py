@@ -3,18 +3,11 @@ shares count what the runs say (a difference shows, with its class)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-_SPEC = importlib.util.spec_from_file_location("qdqopt_fidelity", ROOT / "benchmarks" / "fidelity.py")
-assert _SPEC is not None and _SPEC.loader is not None
-fidelity = importlib.util.module_from_spec(_SPEC)
-sys.modules[_SPEC.name] = fidelity  # (dataclasses look their module up)
-_SPEC.loader.exec_module(fidelity)
+from tests.conftest import ROOT, load_file_module
+
+fidelity = load_file_module(ROOT / "benchmarks" / "fidelity.py", "qdqopt_fidelity")
 
 
 def test_an_exact_fixture_is_exact_at_every_tier() -> None:

@@ -5,7 +5,6 @@ stays within a few times the model file's size (measured in a child process, as 
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import subprocess
@@ -24,6 +23,7 @@ from qdqopt.graph import model as model_module
 from qdqopt.graph.model import _NotSplittable, _read_split, read_model_proto, write_model
 from qdqopt.levels import Level
 from qdqopt.manager import run_pipeline
+from tests.conftest import load_file_module
 
 ROOT = Path(__file__).resolve().parents[1]
 TP = onnx.TensorProto
@@ -36,11 +36,7 @@ def _split_every_file(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("qdqopt_bench", ROOT / "benchmarks" / "bench.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file_module(ROOT / "benchmarks" / "bench.py", "qdqopt_bench")
 
 
 def _model() -> onnx.ModelProto:
