@@ -451,6 +451,9 @@ class Graph:
         # producer index
         self._data_types: dict[str, onnx.TypeProto] | None = None
         self._data_typed_at: tuple[int, ...] | None = None
+        # the load-time types, when they are what the run's first inference with data would give as long as the
+        # graph is as loaded (see seed_data_types), with the graph's state they hold for
+        self._load_data_types: tuple[dict[str, onnx.TypeProto], tuple[object, ...]] | None = None
         # the structure when the pass application under way began (the main graph's; None: no pass began)
         self._pass_began_at: tuple[int, ...] | None = None
         self._node_types: dict[tuple[str, int], onnx.TypeProto | None] = {}
@@ -818,8 +821,7 @@ class Graph:
         while root.parent is not None:  # (inference.root_of, without the call: every edit asks)
             root = root.parent
         if root._data_types is None and root._pass_began_at is not None:
-            root._keep_data_types(inference.infer_with_data(root))
-            root._data_typed_at = root._structure_stamp()
+            root._infer_data_types()
 
     def _note(self, kind: str, node: Node) -> None:
         if kind != "+":
@@ -1250,9 +1252,37 @@ class Graph:
                 return found
         elif known is not None and root._data_typed_at == root._structure_stamp():
             return None
-        root._keep_data_types(inference.infer_with_data(root))
-        root._data_typed_at = root._structure_stamp()
+        root._infer_data_types()
         return (self._data_types or {}).get(value)
+
+    def seed_data_types(self, types: dict[str, onnx.TypeProto]) -> None:
+        """Give the main graph, as loaded, the types of its values that the run's first inference with data
+        (``View.DATA``) would give while the graph stays as loaded: the loader's, when it knows they are the same
+        (:func:`qdqopt.graph.model.load_model`). Used instead of that inference if nothing changed before it ran."""
+        self._load_data_types = (types, self._load_state())
+
+    def _load_state(self) -> tuple[object, ...]:
+        """What the seeded types depend on besides the nodes' and initializers' edits, which all go through
+        :meth:`_before_edit`: the structure, the initializers (one may be removed without an edit) and the outputs."""
+        return (self._structure_stamp(), len(self._inits), tuple(self.graph_output_names()))
+
+    def _infer_data_types(self) -> None:
+        """Run the inference with data over this main graph and keep its types (``View.DATA``); the first time, the
+        seeded load-time types stand for it if the graph is as loaded."""
+        seeded, self._load_data_types = self._load_data_types, None
+        if seeded is not None and self._data_types is None and seeded[1] == self._load_state():
+            self._data_types = dict(seeded[0])
+            inputs = self.input_index()
+            for name, tensor in self._inits.items():  # as infer_with_data types those it gives no data
+                if name not in inputs and (
+                    tensor.data_location == onnx.TensorProto.EXTERNAL
+                    or not self.is_constant_initializer(name)
+                    or not inference.shape_relevant(tensor)
+                ):
+                    self._data_types[name] = onnx.helper.make_tensor_type_proto(tensor.data_type, tensor.dims)
+        else:
+            self._keep_data_types(inference.infer_with_data(self))
+        self._data_typed_at = self._structure_stamp()
 
     def _data_stale_at_pass_start(self) -> bool:
         """Whether nodes were added or removed between the last inference with data and the start of the pass
@@ -1972,6 +2002,7 @@ _CLONED_FIELDS = {
     "_pass_rewired",
     "_data_types",
     "_data_typed_at",
+    "_load_data_types",
     "_pass_began_at",
     "_node_types",
     "_node_protos",

@@ -374,7 +374,7 @@ def _constant_ints(gp: onnx.GraphProto) -> dict[str, list[int]]:
                 elif isinstance(found, list):
                     out[node.output[0]] = [int(v) for v in found]
     for tensor in tensors:
-        if tensor.data_type in _INT_TYPES and len(tensor.dims) <= 1 and _shape_relevant(tensor):
+        if tensor.data_type in _INT_TYPES and len(tensor.dims) <= 1 and shape_relevant(tensor):
             if tensor.data_location == onnx.TensorProto.EXTERNAL:
                 continue
             try:
@@ -790,7 +790,7 @@ def _data_given(graph: Graph, name: str, tensor: onnx.TensorProto) -> bool:
     return (
         tensor.data_location != onnx.TensorProto.EXTERNAL
         and graph.is_constant_initializer(name)
-        and _shape_relevant(tensor)
+        and shape_relevant(tensor)
     )
 
 
@@ -959,7 +959,7 @@ def _fill_data_graph(gp: onnx.GraphProto, graph: Graph) -> None:
         if (
             tensor.data_location == onnx.TensorProto.EXTERNAL
             or not graph.is_constant_initializer(name)
-            or not _shape_relevant(tensor)
+            or not shape_relevant(tensor)
         ):
             if name not in graph.input_index():
                 gp.value_info.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
@@ -973,7 +973,9 @@ def _fill_data_graph(gp: onnx.GraphProto, graph: Graph) -> None:
 _SHAPE_DATA_MAX = 4096
 
 
-def _shape_relevant(tensor: onnx.TensorProto) -> bool:
+def shape_relevant(tensor: onnx.TensorProto) -> bool:
+    """Whether the inference with data is given the initializer's data (no more than :data:`_SHAPE_DATA_MAX`
+    elements)."""
     count = 1
     for dim in tensor.dims:
         count *= dim
@@ -1004,7 +1006,7 @@ def infer_node_output(
         tensor = graph.initializer(value)
         if tensor is not None:
             input_types[value] = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
-            if graph.is_constant_initializer(value) and _shape_relevant(tensor):
+            if graph.is_constant_initializer(value) and shape_relevant(tensor):
                 input_data[value] = tensor
             continue
         found = known.get(value) or memo.get((value, producer_index(graph, value)))

@@ -207,6 +207,8 @@ def load_model(source: ModelSource, *, inline_local_functions: bool = True) -> M
         _inference_model(header, gp, initializers), owned=True, subgraphs=_has_subgraphs(graph)
     )
     _load_time_resolve(graph)
+    if not header.functions and _data_types_as_loaded(graph, model.value_types):
+        graph.seed_data_types(model.value_types)
     if header.functions:
         from qdqopt.graph.function_inlining import check_not_recursive, set_local_functions
         from qdqopt.partition import inline_functions_aot
@@ -217,6 +219,24 @@ def load_model(source: ModelSource, *, inline_local_functions: bool = True) -> M
         if inline_local_functions:
             inline_functions_aot(model)
     return model
+
+
+def _data_types_as_loaded(graph: Graph, types: dict[str, onnx.TypeProto]) -> bool:
+    """Whether the load-time types are those the run's first inference with data gives the graph as loaded
+    (:meth:`Graph.seed_data_types`). Both run ONNX's inference with the small initializers' data and keep ORT's
+    shape-value propagation, but the loader lets the inferred type of a graph output win over its declared shape
+    where the inference with data merges it into the declared one (as ONNX does): so only when every output's
+    declared shape is the loaded one, and the graph has no subgraphs (their values are typed per graph)."""
+    if _has_subgraphs(graph):
+        return False
+    for output in graph.outputs:
+        declared = output.type
+        if declared.WhichOneof("value") == "tensor_type" and not declared.tensor_type.HasField("shape"):
+            continue
+        found = types.get(output.name)
+        if found is None or found != declared:
+            return False
+    return True
 
 
 def _check_inputs_defined(
