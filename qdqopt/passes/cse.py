@@ -71,6 +71,7 @@ class CommonSubexpressionElimination(GraphTransformer):
         class_ids: dict[object, int] = {}
         representatives: dict[int, _Representative] = {}
         value_class: dict[str, int] = {}
+        by_short_key: dict[tuple[object, ...], list[_Keyed]] = {}
         discriminator = 1
 
         def class_of(key: object, rep: _Representative) -> int:
@@ -96,8 +97,7 @@ class CommonSubexpressionElimination(GraphTransformer):
                 inputs.append(found)
             op_key: tuple[object, ...]
             if _supported(node):
-                grouped = _group_inputs(graph, node, inputs, class_ids)
-                op_key = (node.op_type, normalize_domain(node.domain), grouped, _attribute_key(node), 0)
+                op_key = _op_key(graph, node, inputs, class_ids, by_short_key)
             else:  # a class of its own: nothing else in the key matters
                 discriminator += 1
                 op_key = (discriminator,)
@@ -125,6 +125,53 @@ class CommonSubexpressionElimination(GraphTransformer):
                 if check_output_edges(graph, node, 0):
                     graph.remove_node(node)
         return modified
+
+
+class _Keyed:
+    """A supported node already numbered, the key its outputs' classes were made with, and its full key (made when
+    a node of the same short key asks: see :func:`_op_key`)."""
+
+    __slots__ = ("full", "inputs", "node", "op_key")
+
+    def __init__(self, node: Node, inputs: list[int], op_key: tuple[object, ...], full: tuple[object, ...] | None):
+        self.node, self.inputs, self.op_key, self.full = node, inputs, op_key, full
+
+
+def _full_key(graph: Graph, node: Node, inputs: list[int], class_ids: dict[object, int]) -> tuple[object, ...]:
+    """The output classes' key: op, domain, inputs per formal parameter and attributes (``EquivalenceClass``)."""
+    grouped = _group_inputs(graph, node, inputs, class_ids)
+    return (node.op_type, normalize_domain(node.domain), grouped, _attribute_key(node), 0)
+
+
+def _op_key(
+    graph: Graph,
+    node: Node,
+    inputs: list[int],
+    class_ids: dict[object, int],
+    by_short_key: dict[tuple[object, ...], list[_Keyed]],
+) -> tuple[object, ...]:
+    """The key of a supported node's output classes: that of the first node before it with the same full key
+    (:func:`_full_key`), else a key of its own.
+
+    Two nodes with the same full key have the same op, domain and input classes once the missing ones are left out
+    (the short key); most nodes share their short key with none before them, and their full key is only made if a
+    later node shares it."""
+    missing = class_ids.get(("value", _MISSING))
+    short = (node.op_type, normalize_domain(node.domain), tuple(c for c in inputs if c != missing))
+    before = by_short_key.get(short)
+    if before is None:
+        op_key: tuple[object, ...] = ("short", short)
+        by_short_key[short] = [_Keyed(node, inputs, op_key, None)]
+        return op_key
+    full = _full_key(graph, node, inputs, class_ids)
+    for keyed in before:
+        if keyed.full is None:
+            keyed.full = _full_key(graph, keyed.node, keyed.inputs, class_ids)
+        if keyed.full == full:
+            return keyed.op_key
+    op_key = ("full", full)
+    before.append(_Keyed(node, inputs, op_key, full))
+    return op_key
 
 
 def _supported(node: Node) -> bool:
