@@ -104,7 +104,8 @@ class View(enum.Enum):
       propagation (:func:`~qdqopt.graph.inference.infer_with_data`: ``InferenceContext::getInputData``, as the
       Level1 rules and the transpose optimizer see shapes computed from constants), kept per graph and run again only
       when a value without a type is asked for after nodes were added or removed; the element type of a value made
-      since is inferred node by node from its producers.
+      since is inferred node by node from its producers. The run's first such inference, on the graph as loaded, is
+      usually not run: the loader's types are the same there (:meth:`Graph.seed_data_types`).
     """
 
     PASS = "pass"
@@ -192,6 +193,10 @@ def merge_declared(graph: Graph, name: str, inferred: Sequence[int | None] | Non
     if len(declared) != len(inferred):
         return list(inferred)
     return [i if i is not None else d for i, d in zip(inferred, declared, strict=True)]
+
+
+#: the adjacency of a MultiDiGraph: node -> neighbour -> edge key (source slot, input slot) -> edge data
+_Adjacency = dict[int, dict[int, dict[tuple[int, int], dict[str, Any]]]]
 
 
 class Edge(NamedTuple):
@@ -371,6 +376,9 @@ class Graph:
         self.parent = parent
         self.parent_node = parent_node
         self._nx: nx.MultiDiGraph = nx.MultiDiGraph()
+        # the MultiDiGraph's own adjacency (node -> neighbour -> edge key -> edge data), reached directly
+        self._succ: _Adjacency = self._nx._succ
+        self._pred: _Adjacency = self._nx._pred
         self._order: list[int] | None = None  # topological order of the current structure (None: to compute)
         self._position: dict[int, int] | None = None  # node index -> its place in _order (None: to compute)
         # op type -> the indices of the live nodes of that op type (any domain)
@@ -472,6 +480,7 @@ class Graph:
         new.opsets = parent.opsets if parent is not None else dict(self.opsets)
         new._schemas = dict(self._schemas)
         new._nx = self._nx.copy()
+        new._succ, new._pred = new._nx._succ, new._nx._pred
         new._order = None if self._order is None else list(self._order)
         new._position = None
         new._by_op = {k: set(v) for k, v in self._by_op.items()}
@@ -583,7 +592,7 @@ class Graph:
     def _current_order(self) -> list[int]:
         order = self._order
         if order is None:  # computed once per structure: every node or edge change resets it
-            order = self._order = ort_order_of_adjacency(self._nodes, self._nx._pred, self._nx._succ)
+            order = self._order = ort_order_of_adjacency(self._nodes, self._pred, self._succ)
             self._position = None
         if self._position is None:
             self._position = {index: n for n, index in enumerate(order)}
@@ -697,7 +706,7 @@ class Graph:
         """Wire every node's input edges (after :meth:`load_node` of every node): :meth:`_rewire_inputs` of each,
         on a graph without edges yet but those of nodes with subgraphs."""
         self._order = None
-        succ, pred = self._nx._succ, self._nx._pred
+        succ, pred = self._succ, self._pred
         consumed = self._consumed
         for index, node in self._nodes.items():
             if node.implicit_inputs or pred[index]:  # wired already (a node with subgraphs): as any rewiring
@@ -735,7 +744,7 @@ class Graph:
             if readers is not None:
                 readers.discard(index)
         # networkx's MultiDiGraph.remove_node, its adjacency reached directly
-        succ, pred = self._nx._succ, self._nx._pred
+        succ, pred = self._succ, self._pred
         for dst in succ[index]:
             del pred[dst][index]
         for src in pred[index]:
@@ -935,7 +944,7 @@ class Graph:
         src = node.index
         edges: list[Edge] = []
         # (plain loops: a node has one or two edges, for which a comprehension's own frame costs more)
-        for dst, keys in self._nx._succ[src].items():
+        for dst, keys in self._succ[src].items():
             for (src_slot, dst_slot), data in keys.items():
                 edges.append(_new_edge(Edge, (dst, src_slot, dst_slot, src, data["value"])))
         if len(edges) > 1:
@@ -946,7 +955,7 @@ class Graph:
         """Input edges (implicit-input edges included) by source node, then source slot, then input slot."""
         dst = node.index
         edges: list[Edge] = []
-        for src, keys in self._nx._pred[dst].items():
+        for src, keys in self._pred[dst].items():
             for (src_slot, dst_slot), data in keys.items():
                 edges.append(_new_edge(Edge, (dst, src_slot, dst_slot, src, data["value"])))
         if len(edges) > 1:
@@ -955,15 +964,15 @@ class Graph:
 
     def output_edge_count(self, node: Node) -> int:
         """``Node::GetOutputEdgesCount``: ``len(output_edges(node))`` without making the edges."""
-        return sum(map(len, self._nx._succ[node.index].values()))
+        return sum(map(len, self._succ[node.index].values()))
 
     def input_edge_count(self, node: Node) -> int:
         """``Node::GetInputEdgesCount`` (implicit-input edges included), without making the edges."""
-        return sum(map(len, self._nx._pred[node.index].values()))
+        return sum(map(len, self._pred[node.index].values()))
 
     def input_nodes(self, node: Node) -> list[Node]:
         """Producers of the node's inputs, one per input edge, in ascending index order."""
-        return [self._nodes[src] for src in sorted(s for s, keys in self._nx._pred[node.index].items() for _ in keys)]
+        return [self._nodes[src] for src in sorted(s for s, keys in self._pred[node.index].items() for _ in keys)]
 
     def graph_output_names(self) -> list[str]:
         return [o.name for o in self.outputs]
@@ -1271,15 +1280,24 @@ class Graph:
         seeded load-time types stand for it if the graph is as loaded."""
         seeded, self._load_data_types = self._load_data_types, None
         if seeded is not None and self._data_types is None and seeded[1] == self._load_state():
-            self._data_types = dict(seeded[0])
-            inputs = self.input_index()
-            for name, tensor in self._inits.items():  # as infer_with_data types those it gives no data
+            inits, inputs = self._inits, self.input_index()
+            declared = {vi.name for vi in (*self.outputs, *self.value_info)}
+            # an initializer is typed as infer_with_data types it: as a graph output or by its value_info entry,
+            # else by its dims when not given its data, else not at all (a Constant node's output, typed at load, is
+            # an initializer since)
+            types = {
+                name: found
+                for name, found in seeded[0].items()
+                if name not in inits or name in inputs or name in declared
+            }
+            for name, tensor in inits.items():
                 if name not in inputs and (
                     tensor.data_location == onnx.TensorProto.EXTERNAL
                     or not self.is_constant_initializer(name)
                     or not inference.shape_relevant(tensor)
                 ):
-                    self._data_types[name] = onnx.helper.make_tensor_type_proto(tensor.data_type, tensor.dims)
+                    types[name] = onnx.helper.make_tensor_type_proto(tensor.data_type, tensor.dims)
+            self._data_types = types
         else:
             self._keep_data_types(inference.infer_with_data(self))
         self._data_typed_at = self._structure_stamp()
@@ -1794,7 +1812,7 @@ class Graph:
         # networkx's adjacency is reached directly: {src: {dst: {key: data}}} and its mirror share the key dicts
         self._order = None
         index = node.index
-        succ, pred = self._nx._succ, self._nx._pred
+        succ, pred = self._succ, self._pred
         preds = pred[index]
         for src in preds:
             del succ[src][index]
@@ -1813,7 +1831,7 @@ class Graph:
         ``old``: only that slot's edge and readers change, as the other edges already follow the producers."""
         self._order = None
         index = node.index
-        succ, preds = self._nx._succ, self._nx._pred[index]
+        succ, preds = self._succ, self._pred[index]
         if old:
             found = self._producer.get(old)
             if found is not None:
@@ -1863,7 +1881,7 @@ class Graph:
         if not readers:
             return
         self._order = None
-        succ, pred = self._nx._succ, self._nx._pred
+        succ, pred = self._succ, self._pred
         found = self._producer.get(value)
         nodes = self._nodes
         for index in list(readers):
@@ -1883,10 +1901,10 @@ class Graph:
             all_inputs = consumer.inputs + consumer.implicit_inputs if consumer.implicit_inputs else consumer.inputs
             for slot, read in enumerate(all_inputs):
                 if read == value:
-                    keys = succ[src].get(index)
-                    if keys is None:
-                        keys = succ[src][index] = preds[src] = {}
-                    keys[(src_slot, slot)] = {"value": value}
+                    shared = succ[src].get(index)
+                    if shared is None:
+                        shared = succ[src][index] = preds[src] = {}
+                    shared[(src_slot, slot)] = {"value": value}
 
     def _disconnect_consumers_of(self, value: str) -> None:
         self._connect_consumers_of(value)
@@ -1955,6 +1973,8 @@ _CLONED_FIELDS = {
     "parent",
     "parent_node",
     "_nx",
+    "_succ",
+    "_pred",
     "_order",
     "_position",
     "_by_op",

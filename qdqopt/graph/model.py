@@ -226,15 +226,26 @@ def _data_types_as_loaded(graph: Graph, types: dict[str, onnx.TypeProto]) -> boo
     (:meth:`Graph.seed_data_types`). Both run ONNX's inference with the small initializers' data and keep ORT's
     shape-value propagation, but the loader lets the inferred type of a graph output win over its declared shape
     where the inference with data merges it into the declared one (as ONNX does): so only when every output's
-    declared shape is the loaded one, and the graph has no subgraphs (their values are typed per graph)."""
+    declared type is the loaded one, and the graph has no subgraphs (their values are typed per graph) and lists its
+    nodes in topological order (the loader's inference types them in the file's order, and leaves untyped a value
+    whose producer comes after a node that feeds it), and the model names no dim ``unk__<n>``."""
     if _has_subgraphs(graph):
         return False
+    for node in graph.nodes():  # (in index order: the file's)
+        for value in node.inputs:
+            producer = graph.producer(value) if value else None
+            if producer is not None and producer.index > node.index:
+                return False
     for output in graph.outputs:
-        declared = output.type
-        if declared.WhichOneof("value") == "tensor_type" and not declared.tensor_type.HasField("shape"):
-            continue
         found = types.get(output.name)
-        if found is None or found != declared:
+        if found is None or found != output.type:
+            return False
+    for vi in (*graph.inputs, *graph.outputs, *graph.value_info):
+        # a dim the model names unk__<n> is one ONNX's inference may invent too, and which value keeps it depends on
+        # what each inference was given
+        if vi.type.HasField("tensor_type") and any(
+            d.dim_param.startswith("unk__") for d in vi.type.tensor_type.shape.dim[:]
+        ):
             return False
     return True
 
@@ -896,6 +907,23 @@ _FOUR_BIT = frozenset({onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.Tenso
 
 #: the fields of an initializer ORT writes back from the OrtValue it keeps for a large one
 _REWRITTEN_FIELDS = frozenset({"name", "data_type", "dims", "raw_data"})
+#: the TensorProto fields that may be set besides those, singular and repeated (a field descriptor of a recent
+#: protobuf says ``is_repeated``, an older one only ``label``)
+_OTHER_FIELDS = [
+    (f.name, bool(getattr(f, "is_repeated", False) or getattr(f, "label", None) == f.LABEL_REPEATED))
+    for f in onnx.TensorProto.DESCRIPTOR.fields
+    if f.name not in _REWRITTEN_FIELDS
+]
+_OTHER_SINGULAR = tuple(name for name, repeated in _OTHER_FIELDS if not repeated)
+_OTHER_REPEATED = tuple(name for name, repeated in _OTHER_FIELDS if repeated)
+
+
+def _has_other_fields(tensor: onnx.TensorProto) -> bool:
+    """Whether a field other than name, type, dims and raw data is set (``ListFields`` would say so, but it also
+    makes a copy of the raw data)."""
+    return any(tensor.HasField(name) for name in _OTHER_SINGULAR) or any(
+        len(getattr(tensor, name)) for name in _OTHER_REPEATED
+    )
 
 
 #: the values of ``TensorProto.DataType`` (UNDEFINED included: ORT takes it)
@@ -918,7 +946,7 @@ def _normalise_initializer(tensor: onnx.TensorProto) -> onnx.TensorProto:
     ):
         return tensor
     if tensor.HasField("raw_data"):
-        if {d.name for d, _ in tensor.ListFields()} <= _REWRITTEN_FIELDS:
+        if not _has_other_fields(tensor):
             return tensor
         return onnx.TensorProto(
             name=tensor.name, data_type=tensor.data_type, dims=tensor.dims, raw_data=tensor.raw_data
