@@ -1291,11 +1291,7 @@ class Graph:
                 if name not in inits or name in inputs or name in declared
             }
             for name, tensor in inits.items():
-                if name not in inputs and (
-                    tensor.data_location == onnx.TensorProto.EXTERNAL
-                    or not self.is_constant_initializer(name)
-                    or not inference.shape_relevant(tensor)
-                ):
+                if name not in inputs and not inference.data_given(self, name, tensor):
                     types[name] = onnx.helper.make_tensor_type_proto(tensor.data_type, tensor.dims)
             self._data_types = types
         else:

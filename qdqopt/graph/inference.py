@@ -48,6 +48,7 @@ _onnx_inference = onnx_cpp2py_export.shape_inference
 
 __all__ = [
     "bound_elem_type",
+    "data_given",
     "fill_unknown",
     "has_dim",
     "infer_model_types",
@@ -374,7 +375,7 @@ def _constant_ints(gp: onnx.GraphProto) -> dict[str, list[int]]:
                 elif isinstance(found, list):
                     out[node.output[0]] = [int(v) for v in found]
     for tensor in tensors:
-        if tensor.data_type in _INT_TYPES and len(tensor.dims) <= 1 and shape_relevant(tensor):
+        if tensor.data_type in _INT_TYPES and len(tensor.dims) <= 1 and _shape_relevant(tensor):
             if tensor.data_location == onnx.TensorProto.EXTERNAL:
                 continue
             try:
@@ -741,7 +742,7 @@ def _fill_resolve_graph(gp: onnx.GraphProto, graph: Graph) -> None:
         tensor = graph.initializer(name)
         if tensor is None:
             continue
-        if _data_given(graph, name, tensor):  # a value_info entry may name it too (a Concat ReshapeFusion folded)
+        if data_given(graph, name, tensor):  # a value_info entry may name it too (a Concat ReshapeFusion folded)
             gp.initializer.append(tensor)
         elif name not in declared:
             gp.value_info.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
@@ -784,13 +785,13 @@ def _node_protos(
     return out
 
 
-def _data_given(graph: Graph, name: str, tensor: onnx.TensorProto) -> bool:
+def data_given(graph: Graph, name: str, tensor: onnx.TensorProto) -> bool:
     """Whether Resolve's inference functions see ``name``'s data (``InferenceContextImpl::getInputData``: a constant
     initializer's, e.g. the shape of a Reshape whose Concat ReshapeFusion folded), as far as inference can use it."""
     return (
         tensor.data_location != onnx.TensorProto.EXTERNAL
         and graph.is_constant_initializer(name)
-        and shape_relevant(tensor)
+        and _shape_relevant(tensor)
     )
 
 
@@ -956,11 +957,7 @@ def _fill_data_graph(gp: onnx.GraphProto, graph: Graph) -> None:
     for name in graph.initializer_names():
         tensor = graph.initializer(name)
         assert tensor is not None
-        if (
-            tensor.data_location == onnx.TensorProto.EXTERNAL
-            or not graph.is_constant_initializer(name)
-            or not shape_relevant(tensor)
-        ):
+        if not data_given(graph, name, tensor):
             if name not in graph.input_index():
                 gp.value_info.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
             continue
@@ -973,7 +970,7 @@ def _fill_data_graph(gp: onnx.GraphProto, graph: Graph) -> None:
 _SHAPE_DATA_MAX = 4096
 
 
-def shape_relevant(tensor: onnx.TensorProto) -> bool:
+def _shape_relevant(tensor: onnx.TensorProto) -> bool:
     """Whether the inference with data is given the initializer's data (no more than :data:`_SHAPE_DATA_MAX`
     elements)."""
     count = 1
@@ -1006,7 +1003,7 @@ def infer_node_output(
         tensor = graph.initializer(value)
         if tensor is not None:
             input_types[value] = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
-            if graph.is_constant_initializer(value) and shape_relevant(tensor):
+            if graph.is_constant_initializer(value) and _shape_relevant(tensor):
                 input_data[value] = tensor
             continue
         found = known.get(value) or memo.get((value, producer_index(graph, value)))
