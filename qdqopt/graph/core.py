@@ -396,8 +396,8 @@ class Graph:
         # the model-local functions by (domain, name, overload), on the main graph (schema.set_local_functions)
         self.local_functions: dict[tuple[str, str, str], onnx.FunctionProto] = {}
         # live node names (with multiplicity) and op counts, kept as nodes come and go
-        self._live_names: collections.Counter[str] = collections.Counter()
-        self._op_count: collections.Counter[str] = collections.Counter()
+        self._live_names: dict[str, int] = {}
+        self._op_count: dict[str, int] = {}
         # the edits since the last take_changes (kept by the main graph for every graph of the model): id of the
         # graph and node index -> "+" (added), "-" (removed), "~" (rewired), with the node's name and op
         self._journal: dict[tuple[int, int], tuple[str, str, str]] = {}
@@ -496,8 +496,8 @@ class Graph:
         new._init_order = list(self._init_order)
         new._init_pos = dict(self._init_pos)
         new._verbatim_order = dict(self._verbatim_order)
-        new._live_names = collections.Counter(self._live_names)
-        new._op_count = collections.Counter(self._op_count)
+        new._live_names = dict(self._live_names)
+        new._op_count = dict(self._op_count)
         new._journal = {}  # a copy's edits are its own
         new._inits = dict(self._inits)
         new._init_map = self._init_map.copy()
@@ -724,10 +724,9 @@ class Graph:
 
     def _nx_add(self, index: int) -> None:
         # networkx's MultiDiGraph.add_node, its adjacency reached directly (as _rewire_inputs does for edges)
-        graph = self._nx
-        graph._succ[index] = {}
-        graph._pred[index] = {}
-        graph._node[index] = {}
+        self._succ[index] = {}
+        self._pred[index] = {}
+        self._nx._node[index] = {}
 
     def remove_node(self, node: Node) -> None:
         """``Graph::RemoveNode``: the node and all its edges go; its output values stay known (ORT keeps NodeArgs)."""
@@ -1909,12 +1908,12 @@ class Graph:
 _NO_SCHEMA = object()
 
 
-def _count_up(counts: collections.Counter[str], key: str) -> None:
-    """One ``key`` more in a count of live things (``counts[key] += 1`` without the Counter's ``__missing__``)."""
+def _count_up(counts: dict[str, int], key: str) -> None:
+    """One ``key`` more in a count of live things."""
     counts[key] = counts.get(key, 0) + 1
 
 
-def _count_down(counts: collections.Counter[str], key: str) -> None:
+def _count_down(counts: dict[str, int], key: str) -> None:
     """One ``key`` fewer in a count of live things (a key whose count drops to 0 goes)."""
     left = counts[key] - 1
     if left:

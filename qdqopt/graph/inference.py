@@ -23,7 +23,7 @@ the results and decides when to run it again:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import onnx
@@ -560,14 +560,16 @@ def _subgraph_types(gp: onnx.GraphProto, types: dict[str, onnx.TypeProto], inven
             _subgraph_types(sub, types, invented)
 
 
-def _typed_values(gp: onnx.GraphProto) -> Iterator[tuple[str, onnx.TypeProto]]:
+def _typed_values(gp: onnx.GraphProto) -> list[tuple[str, onnx.TypeProto]]:
     """The name and type of each graph input, output and value_info entry (in that order) that has a type, and an
     element type if it is a tensor's."""
+    out = []
     for v in (*gp.input[:], *gp.output[:], *gp.value_info[:]):
         if v.HasField("type"):
             found = v.type
             if not found.HasField("tensor_type") or found.tensor_type.elem_type:
-                yield v.name, found
+                out.append((v.name, found))
+    return out
 
 
 def _dim_params(gp: onnx.GraphProto) -> set[str]:
@@ -599,11 +601,12 @@ def shapes_conflict(existing: onnx.TypeProto, inferred: onnx.TypeProto) -> bool:
     if not (existing.tensor_type.HasField("shape") and inferred.tensor_type.HasField("shape")):
         return False
     target, source = _shapes(existing, inferred)
-    if len(target.dim) != len(source.dim):
+    target_dims, source_dims = target.dim[:], source.dim[:]
+    if len(target_dims) != len(source_dims):
         return True
     return any(
         s.HasField("dim_value") and t.HasField("dim_value") and s.dim_value != t.dim_value
-        for t, s in zip(target.dim, source.dim, strict=True)
+        for t, s in zip(target_dims, source_dims, strict=True)
     )
 
 
@@ -681,8 +684,11 @@ def fill_unknown(existing: onnx.TypeProto, inferred: onnx.TypeProto | None) -> o
         merged.CopyFrom(existing)
         merged.tensor_type.shape.CopyFrom(inferred.tensor_type.shape)
         return merged
-    if len(existing.tensor_type.shape.dim) != len(inferred.tensor_type.shape.dim):
+    target_dims, source_dims = existing.tensor_type.shape.dim[:], inferred.tensor_type.shape.dim[:]
+    if len(target_dims) != len(source_dims):
         return existing
+    if not any(_fills(t, s) for t, s in zip(target_dims, source_dims, strict=True)):
+        return existing  # nothing to fill (the usual case: every dim a value already)
     merged = onnx.TypeProto()
     merged.CopyFrom(existing)
     for target, source in zip(merged.tensor_type.shape.dim, inferred.tensor_type.shape.dim, strict=True):
@@ -693,6 +699,13 @@ def fill_unknown(existing: onnx.TypeProto, inferred: onnx.TypeProto | None) -> o
         elif source.HasField("dim_param") and not target.HasField("dim_param"):
             target.dim_param = source.dim_param
     return merged
+
+
+def _fills(target: onnx.TensorShapeProto.Dimension, source: onnx.TensorShapeProto.Dimension) -> bool:
+    """Whether :func:`fill_unknown` changes ``target`` from ``source``."""
+    if target.HasField("dim_value"):
+        return False
+    return bool(source.HasField("dim_value") or (source.HasField("dim_param") and not target.HasField("dim_param")))
 
 
 # ------------------------------------------------------------------------------------- Resolve, as partitioning sees it
@@ -974,7 +987,7 @@ def _shape_relevant(tensor: onnx.TensorProto) -> bool:
     """Whether the inference with data is given the initializer's data (no more than :data:`_SHAPE_DATA_MAX`
     elements)."""
     count = 1
-    for dim in tensor.dims:
+    for dim in tensor.dims[:]:
         count *= dim
     return count <= _SHAPE_DATA_MAX
 

@@ -109,7 +109,7 @@ def read_model_proto(source: ModelSource, *, initializers: bool = True) -> tuple
             _check_external_locations(gp, base, path, [])
             header.graph.CopyFrom(gp)
             return header, base
-    proto, base, _ = _read_whole(path)
+    proto, base, _, _ = _read_whole(path)
     if not initializers:
         proto.graph.ClearField("initializer")
     return proto, base
@@ -122,11 +122,11 @@ def _splittable(path: Path) -> bool:
     ) in (None, "protobuf")
 
 
-def _read_whole(path: Path) -> tuple[onnx.ModelProto, Path, bool]:
-    """The model file parsed whole (as ``onnx.load`` without external data), its folder, and whether its strings are
+def _read_whole(path: Path) -> tuple[onnx.ModelProto, Path, bool, Nested]:
+    """The model file parsed whole (as ``onnx.load`` without external data), its folder, whether its strings are
     known to be valid UTF-8 (a protobuf file of less than :data:`SPLIT_READ_BYTES` whose bytes parse as the
     UTF-8-verifying twin of ModelProto, :func:`_utf8_verifying_types`: :func:`_check_utf8` then has nothing to
-    find)."""
+    find), and the main graph's nodes that hold subgraphs (:func:`_nested_graphs`)."""
     if not path.exists():
         raise ModelError(f"{path}: no such file")
     if not path.is_file():
@@ -143,9 +143,10 @@ def _read_whole(path: Path) -> tuple[onnx.ModelProto, Path, bool]:
     if not proto.HasField("graph"):
         raise ModelError(f"{path}: not an ONNX model (no graph)")
     base = path.resolve().parent
-    _check_external_locations(proto.graph, base, path)
+    nested = _nested_graphs(proto.graph)
+    _check_external_locations(proto.graph, base, path, nested=nested)
     valid = fmt == "protobuf" and len(data) < SPLIT_READ_BYTES and _utf8_bytes_valid(onnx.ModelProto, data)
-    return proto, base, valid
+    return proto, base, valid, nested
 
 
 def _utf8_bytes_valid(message_type: type[Message], data: bytes) -> bool:
@@ -161,13 +162,31 @@ def _utf8_bytes_valid(message_type: type[Message], data: bytes) -> bool:
     return True
 
 
+#: the subgraphs of a GraphProto's nodes: (position, the node's graphs) of each node that has any, in node order
+Nested = list[tuple[int, list[onnx.GraphProto]]]
+
+
+def _nested_graphs(gp: onnx.GraphProto) -> Nested:
+    """The nodes of ``gp`` that hold subgraphs (:func:`subgraph_protos`), found once for the load's checks."""
+    out: Nested = []
+    for position, node in enumerate(gp.node[:]):
+        subs = subgraph_protos(node)
+        if subs:
+            out.append((position, subs))
+    return out
+
+
 def _check_external_locations(
-    graph: onnx.GraphProto, base: Path, path: Path, initializers: Iterable[onnx.TensorProto] | None = None
+    graph: onnx.GraphProto,
+    base: Path,
+    path: Path,
+    initializers: Iterable[onnx.TensorProto] | None = None,
+    nested: Nested | None = None,
 ) -> None:
     for tensor in graph.initializer if initializers is None else initializers:
         _check_external_location(tensor, base, path)
-    for node in graph.node[:]:
-        for sub in subgraph_protos(node):
+    for _, subs in _nested_graphs(graph) if nested is None else nested:
+        for sub in subs:
             _check_external_locations(sub, base, path)
 
 
@@ -193,9 +212,9 @@ def load_model(source: ModelSource, *, inline_local_functions: bool = True) -> M
     each weight is held once, from load to save. A ModelProto given as ``source`` is shared the same way, so it must
     not be edited while the model is in use.
     """
-    header, gp, initializers, base = _read_parts(source)
-    _check_inputs_defined(gp, frozenset(), initializers)
-    _check_declared_types(gp)
+    header, gp, initializers, base, nested = _read_parts(source)
+    _check_inputs_defined(gp, frozenset(), initializers, nested=nested)
+    _check_declared_types(gp, nested)
     opset_import = [(normalize_domain(o.domain), int(o.version)) for o in header.opset_import]
     opsets = dict(opset_import)
     # ORT's Model knows every domain of its registry (which is why they appear in the saved opset_import)
@@ -255,6 +274,7 @@ def _check_inputs_defined(
     outer: frozenset[str],
     initializers: Iterable[onnx.TensorProto] | None = None,
     parent: onnx.NodeProto | None = None,
+    nested: Nested | None = None,
 ) -> None:
     """ORT's ``Graph::Resolve`` (BuildConnections): every input a node reads is a graph input, an initializer, a
     node's output or, in a subgraph, a value of an enclosing graph; else the model is invalid. Checked before ONNX's
@@ -279,7 +299,9 @@ def _check_inputs_defined(
     # the usual case: every input defined, and only the subgraphs are left to look into; else the first undefined
     # input, node by node, is the one reported
     all_defined = reads <= known
-    for node in nodes:
+    subgraphs = dict(_nested_graphs(gp) if nested is None else nested)
+    for position in range(len(nodes)) if not all_defined else sorted(subgraphs):
+        node = nodes[position]
         if not all_defined:
             for name in node.input:
                 if name and name not in known:
@@ -287,7 +309,7 @@ def _check_inputs_defined(
                         f"node {node.name!r} ({node.op_type}): input {name!r} is not a graph input, initializer, or "
                         "output of a previous node (ORT: Invalid model)"
                     )
-        for sub in subgraph_protos(node):
+        for sub in subgraphs.get(position, ()):
             onnx_node = normalize_domain(node.domain) == ""
             _check_inputs_defined(sub, frozenset(known), parent=node if onnx_node else None)
     if parent is not None:
@@ -302,15 +324,15 @@ def _check_inputs_defined(
             before_nodes.update(node.output)
 
 
-def _check_declared_types(gp: onnx.GraphProto) -> None:
+def _check_declared_types(gp: onnx.GraphProto, nested: Nested | None = None) -> None:
     """ORT's loader: a graph input, output or value_info whose element type the TensorProto enum lacks fails the
     load ("Invalid tensor data type 67."); subgraphs too."""
     for vi in (*gp.input, *gp.output, *gp.value_info):
         bad = next((elem for elem in elem_types(vi.type) if elem not in _DATA_TYPES), None)
         if bad is not None:
             raise ModelError(f"Failed to load model with error: Invalid tensor data type {bad}. (value {vi.name!r})")
-    for node in gp.node[:]:
-        for sub in subgraph_protos(node):
+    for _, subs in _nested_graphs(gp) if nested is None else nested:
+        for sub in subs:
             _check_declared_types(sub)
 
 
@@ -454,9 +476,10 @@ class _NotSplittable(Exception):
 
 def _read_parts(
     source: ModelSource,
-) -> tuple[onnx.ModelProto, onnx.GraphProto, list[onnx.TensorProto], Path | None]:
-    """The model's fields but its graph (``header``), its main graph but the initializers, the initializers, and the
-    model's folder. Raises :class:`ModelError` as :func:`read_model_proto` does.
+) -> tuple[onnx.ModelProto, onnx.GraphProto, list[onnx.TensorProto], Path | None, Nested]:
+    """The model's fields but its graph (``header``), its main graph but the initializers, the initializers, the
+    model's folder, and the main graph's nodes that hold subgraphs (:func:`_nested_graphs`). Raises
+    :class:`ModelError` as :func:`read_model_proto` does.
 
     A file of :data:`SPLIT_READ_BYTES` or more is read field by field (:func:`_read_split`): each initializer is
     parsed from its own bytes, so loading takes the file's size once, not twice (the file's bytes and the parsed
@@ -466,7 +489,7 @@ def _read_parts(
         _check_utf8(source, "the model")
         header = onnx.ModelProto()
         _copy_except(header, source, "graph")
-        return header, source.graph, list(source.graph.initializer), None
+        return header, source.graph, list(source.graph.initializer), None, _nested_graphs(source.graph)
     path = Path(source)
     if path.is_file() and _splittable(path):
         try:
@@ -477,16 +500,17 @@ def _read_parts(
             if not has_graph:
                 raise ModelError(f"{path}: not an ONNX model (no graph)")
             base = path.resolve().parent
-            _check_external_locations(gp, base, path, initializers)
+            nested = _nested_graphs(gp)
+            _check_external_locations(gp, base, path, initializers, nested)
             for part in (header, gp, *initializers):
                 _check_utf8(part, str(path))
-            return header, gp, initializers, base
-    whole, whole_base, utf8_valid = _read_whole(path)
+            return header, gp, initializers, base, nested
+    whole, whole_base, utf8_valid, nested = _read_whole(path)
     if not utf8_valid:
         _check_utf8(whole, str(path))
     header = onnx.ModelProto()
     _copy_except(header, whole, "graph")
-    return header, whole.graph, list(whole.graph.initializer), whole_base
+    return header, whole.graph, list(whole.graph.initializer), whole_base, nested
 
 
 def _copy_except(target: Message, source: Message, name: str) -> None:
@@ -1373,7 +1397,7 @@ def _merge_type(declared: onnx.TypeProto | None, inferred: onnx.TypeProto | None
 
 def _without_negative_dims(type_proto: onnx.TypeProto) -> onnx.TypeProto:
     if not type_proto.HasField("tensor_type") or not any(
-        d.HasField("dim_value") and d.dim_value < 0 for d in type_proto.tensor_type.shape.dim
+        d.HasField("dim_value") and d.dim_value < 0 for d in type_proto.tensor_type.shape.dim[:]
     ):
         return type_proto
     out = onnx.TypeProto()
