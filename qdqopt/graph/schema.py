@@ -260,6 +260,10 @@ def input_arg_counts(schema: Schema, num_inputs: int) -> list[int]:
     return counts
 
 
+#: ``tensor(<elem>)`` by element type, made once each (kernel matching asks for every node's values)
+_TENSOR_TYPE_STRINGS: dict[int, str] = {}
+
+
 def type_string(type_proto: onnx.TypeProto | None) -> str | None:
     """ORT's ``DataTypeImpl`` string of a type (``tensor(float16)``, ``seq(tensor(int64))``...), None if unknown."""
     if type_proto is None:
@@ -267,7 +271,12 @@ def type_string(type_proto: onnx.TypeProto | None) -> str | None:
     kind = type_proto.WhichOneof("value")
     if kind == "tensor_type":
         elem = type_proto.tensor_type.elem_type
-        return f"tensor({_elem_name(elem)})" if elem else None
+        if not elem:
+            return None
+        found = _TENSOR_TYPE_STRINGS.get(elem)
+        if found is None:
+            found = _TENSOR_TYPE_STRINGS[elem] = f"tensor({_elem_name(elem)})"
+        return found
     if kind == "sparse_tensor_type":
         elem = type_proto.sparse_tensor_type.elem_type
         return f"sparse_tensor({_elem_name(elem)})" if elem else None
