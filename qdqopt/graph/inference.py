@@ -873,21 +873,33 @@ def _type_for_formal(
 ) -> onnx.TypeProto | None:
     """The type a formal of type string ``type_str`` has by the schema alone: a concrete type string's, or the type the
     constraint is bound to by the first typed input of the same constraint (``type_of`` types an input), or the one
-    type the constraint allows; None when nothing binds it (an attribute such as Cast's ``to`` decides)."""
+    type the constraint allows; None when nothing binds it (an attribute such as Cast's ``to`` decides). The type
+    returned is shared: never edit it."""
     if type_str not in schema.constraint_names:
-        return parse_type_string(type_str)
+        return _parsed_type(type_str)
     start = 0
     for index, formal in enumerate(schema.inputs[: len(counts)]):
         if formal.type_str == type_str:
             for value in node.inputs[start : start + counts[index]]:
                 known = type_of(value) if value else None
                 if known is not None:  # the type the parameter binds, without the input's shape
-                    return parse_type_string(type_string(known) or "") or known
+                    return _parsed_type(type_string(known) or "") or known
         start += counts[index]
     allowed = dict(schema.type_constraints)[type_str]
     if len(allowed) == 1:
-        return parse_type_string(next(iter(allowed)))
+        return _parsed_type(next(iter(allowed)))
     return None
+
+
+#: :func:`parse_type_string` by type string, made once each (shared: never edited)
+_PARSED_TYPES: dict[str, onnx.TypeProto | None] = {}
+
+
+def _parsed_type(text: str) -> onnx.TypeProto | None:
+    if text in _PARSED_TYPES:
+        return _PARSED_TYPES[text]
+    found = _PARSED_TYPES[text] = parse_type_string(text)
+    return found
 
 
 def bound_elem_type(node: Node, value: str, elem_of: Callable[[str], int | None]) -> int | None:
@@ -902,7 +914,7 @@ def bound_elem_type(node: Node, value: str, elem_of: Callable[[str], int | None]
 
     def type_of(name: str) -> onnx.TypeProto | None:
         elem = elem_of(name)
-        return onnx.helper.make_tensor_type_proto(elem, None) if elem else None
+        return _elem_only(elem) if elem else None
 
     found = _type_for_formal(node, schema, formal.type_str, input_arg_counts(schema, len(node.inputs)), type_of)
     if found is None or found.WhichOneof("value") != "tensor_type":

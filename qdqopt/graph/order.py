@@ -8,7 +8,8 @@ is left, after all its inputs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
+from typing import Any
 
 __all__ = ["ort_order_of_adjacency", "ort_topological_order"]
 
@@ -45,7 +46,7 @@ def ort_topological_order(
 
 
 def ort_order_of_adjacency(
-    indices: Iterable[int], pred: Mapping[int, Mapping[int, object]], succ: Mapping[int, Mapping[int, object]]
+    indices: Iterable[int], pred: dict[int, dict[int, Any]], succ: dict[int, dict[int, Any]]
 ) -> list[int]:
     """:func:`ort_topological_order` read straight from an adjacency (``pred[i]``: the source nodes of ``i``'s input
     edges, ``succ[i]``: the destinations of its output edges; node indices are not negative).
@@ -53,7 +54,7 @@ def ort_order_of_adjacency(
     A source met over several input edges is pushed once: its other copies would lie below the first in the stack
     and be popped after it was visited, so the order is the same. A node to leave is pushed as ``~index``.
     """
-    stack = [i for i in sorted(indices) if not succ[i]]
+    stack = [i for i in sorted(indices) if not succ[i]]  # (dicts, not Mappings: compiled, their lookups are direct)
     visited: set[int] = set()
     order: list[int] = []
     push, pop, emit, seen = stack.append, stack.pop, order.append, visited.add
