@@ -41,7 +41,7 @@ import operator
 import sys
 import types
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple, overload
 
 import networkx as nx
@@ -255,9 +255,15 @@ class Changes:
         return bool(self.added or self.removed or self.rewired)
 
 
-@dataclass(eq=False)
+_NO_CHANGES = Changes()
+
+
 class Node:
-    """A node as ORT holds it. Mutate it only through :class:`Graph` methods (except ``doc_string``/``ep``)."""
+    """A node as ORT holds it. Mutate it only through :class:`Graph` methods (except ``doc_string``/``ep``).
+
+    (A plain class with its own ``__init__``, not a dataclass: compiled with mypyc, a dataclass keeps the
+    ``__init__`` the dataclasses module writes at run time, interpreted, and every node made, loaded or cloned
+    goes through it.)"""
 
     index: int
     name: str
@@ -266,14 +272,46 @@ class Node:
     inputs: list[str]
     outputs: list[str]
     attributes: dict[str, onnx.AttributeProto]
-    doc_string: str = ""
-    ep: str = ""
-    subgraphs: dict[str, Graph] = field(default_factory=dict)
-    implicit_inputs: list[str] = field(default_factory=list)
-    since_version: int | None = None
-    original: onnx.NodeProto | None = None
+    doc_string: str
+    ep: str
+    subgraphs: dict[str, Graph]
+    implicit_inputs: list[str]
+    since_version: int | None
+    original: onnx.NodeProto | None
     #: ORT's ``NodeAttributes`` is a ``std::unordered_map``: this mirrors its iteration (= saved) order.
-    attr_map: StdUnorderedMap = field(default_factory=lambda: StdUnorderedMap(memo=True))
+    attr_map: StdUnorderedMap
+
+    def __init__(
+        self,
+        index: int,
+        name: str,
+        op_type: str,
+        domain: str,
+        inputs: list[str],
+        outputs: list[str],
+        attributes: dict[str, onnx.AttributeProto],
+        doc_string: str = "",
+        ep: str = "",
+        subgraphs: dict[str, Graph] | None = None,
+        implicit_inputs: list[str] | None = None,
+        since_version: int | None = None,
+        original: onnx.NodeProto | None = None,
+        attr_map: StdUnorderedMap | None = None,
+    ) -> None:
+        self.index = index
+        self.name = name
+        self.op_type = op_type
+        self.domain = domain
+        self.inputs = inputs
+        self.outputs = outputs
+        self.attributes = attributes
+        self.doc_string = doc_string
+        self.ep = ep
+        self.subgraphs = {} if subgraphs is None else subgraphs
+        self.implicit_inputs = [] if implicit_inputs is None else implicit_inputs
+        self.since_version = since_version
+        self.original = original
+        self.attr_map = StdUnorderedMap(memo=True) if attr_map is None else attr_map
 
     def attribute_order(self) -> list[str]:
         """Attribute names in the order ORT writes them."""
@@ -912,6 +950,8 @@ class Graph:
         """The nodes added, removed and rewired in this graph and its subgraphs since the last call (or the load), in
         the order first touched; the record starts again empty. Call it on the main graph."""
         journal, self._journal = self._journal, {}
+        if not journal:
+            return _NO_CHANGES  # (most pass applications change nothing; the record is immutable)
         out: dict[str, list[tuple[int, str, str]]] = {"+": [], "-": [], "~": []}
         for (_, index), (kind, name, op) in journal.items():
             out[kind].append((index, name, op))
