@@ -53,7 +53,7 @@ from qdqopt.errors import ModelError
 from qdqopt.events import Kind, say
 from qdqopt.graph import inference
 from qdqopt.graph.order import ort_order_of_adjacency
-from qdqopt.graph.schema import OpSchema, lookup, node_schema, normalize_domain, type_string
+from qdqopt.graph.schema import OpSchema, Schema, lookup, node_schema, normalize_domain, type_string
 from qdqopt.graph.stdhash import StdUnorderedMap
 
 #: the contrib QLinear ops' formal input that holds their output's zero point
@@ -1786,9 +1786,6 @@ class Graph:
         # the nodes to check, in index order (the node map's), found through the op type index
         ops = [op for op in self._by_op if op.startswith("QLinear") or op in ("QuantizeLinear", "DequantizeLinear")]
         candidates = sorted(index for op in ops for index in self._by_op[op])
-        # per schema: each input formal's type string, the types it allows (by their text) and whether it is variadic,
-        # and its output zero point's formal (None: it has none)
-        by_schema: dict[int, tuple[list[tuple[str, frozenset[str], bool]], int | None]] = {}
         nodes = self._nodes
         for index in candidates:
             node = nodes[index]
@@ -1798,28 +1795,21 @@ class Graph:
             schema = node_schema(node)
             if schema is None or not schema.inputs:
                 continue
-            facts = by_schema.get(id(schema))
-            if facts is None:
-                zps = [k for k, f in enumerate(schema.inputs) if f.name.lower() in _OUTPUT_ZERO_POINTS]
-                allowed = dict(schema.type_constraints)
-                formals = [
-                    (f.type_str, allowed.get(f.type_str, frozenset({f.type_str})), f.variadic) for f in schema.inputs
-                ]
-                facts = by_schema[id(schema)] = (formals, zps[-1] if zps else None)
+            facts = _qlinear_facts(schema)
             formals, out_zp = facts[0], facts[1] if qlinear else None  # QLinearWhere's z_zero_point is its output's
             last = len(formals) - 1
             bound: dict[str, int] = {}
             for slot, name in enumerate(node.inputs):
                 if not name or slot == out_zp:
                     continue  # the output's zero point is checked with the output below
-                type_str, allowed_types, variadic = formals[slot if slot < last else last]
+                type_str, allowed_elems, variadic = formals[slot if slot < last else last]
                 if slot > last and not variadic:
                     continue
                 elem = known(name)
                 if not elem:
                     continue
                 bound.setdefault(type_str, elem)
-                if text(elem) not in allowed_types:
+                if elem not in allowed_elems:
                     raise ModelError(
                         f"This is an invalid model. Type Error: Type '{text(elem)}' of input parameter ({name}) of "
                         f"operator ({node.op_type}) in node ({node.name}) is invalid."
@@ -1982,6 +1972,35 @@ class Graph:
 
 
 _NO_SCHEMA = object()
+
+
+#: per schema (by id, the schema kept alive beside): each input formal's type string, the element types it allows
+#: as a tensor and whether it is variadic, and the input that is the output's zero point (None: none)
+_QLINEAR_FACTS: dict[int, tuple[Schema, list[tuple[str, frozenset[int], bool]], int | None]] = {}
+
+
+def _qlinear_facts(schema: Schema) -> tuple[list[tuple[str, frozenset[int], bool]], int | None]:
+    """What :meth:`Graph._check_qlinear_input_types` reads of a schema, worked out once per schema."""
+    found = _QLINEAR_FACTS.get(id(schema))
+    if found is None or found[0] is not schema:
+        zps = [k for k, f in enumerate(schema.inputs) if f.name.lower() in _OUTPUT_ZERO_POINTS]
+        allowed = dict(schema.type_constraints)
+        formals = [
+            (f.type_str, _tensor_elems(allowed.get(f.type_str, frozenset({f.type_str}))), f.variadic)
+            for f in schema.inputs
+        ]
+        found = _QLINEAR_FACTS[id(schema)] = (schema, formals, zps[-1] if zps else None)
+    return found[1], found[2]
+
+
+def _tensor_elems(type_strings: frozenset[str]) -> frozenset[int]:
+    """The element types of the ``tensor(...)`` types among ``type_strings``: an element type ``e`` is among them iff
+    ``_tensor_type_text(e)`` is one of the strings."""
+    return frozenset(elem for elem in _DATA_TYPE_VALUES if _tensor_type_text(elem) in type_strings)
+
+
+#: every ``TensorProto.DataType`` but UNDEFINED
+_DATA_TYPE_VALUES = tuple(v for v in onnx.TensorProto.DataType.values() if v)
 
 
 def _count_up(counts: dict[str, int], key: str) -> None:
