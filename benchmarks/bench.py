@@ -2,7 +2,8 @@
 
 Usage: ``python benchmarks/bench.py [MODEL.onnx ...] [--levels 0,1,2] [--repeat 5]``. Without models it uses the
 bundled example and, when the shared corpus is beside the checkout, its largest models. Each of ``--repeat`` rounds
-times qdqopt's load, passes and save (``save_model``) and ORT's session creation back to back; it prints the median
+times qdqopt's load, passes and save (the optimized model written to a file as the CLI writes it: ``write_atomic``)
+and ORT's session creation with ``optimized_model_filepath`` (the session alone) back to back; it prints the median
 wall time of each step, the median of the rounds' ratios (qdqopt's load + passes + save over ORT's session), and
 qdqopt's peak Python memory (tracemalloc) per run; and, for a model measured at EXTENDED and at
 LAYOUT or ALL, how much the layout level costs over EXTENDED (qdqopt's load + passes + save, and ORT's). Numbers, not
@@ -126,20 +127,18 @@ def _bench_one(path: Path, level: Level, repeat: int) -> tuple[str, tuple[float,
         return None  # a model ORT rejects is skipped
     disabled = sorted(run(path, level).pipeline.unsupported)  # what qdqopt declines on this model
     # each round times qdqopt's load, passes and save and ORT's session back to back, so that the machine's drift
-    # over the run (a shared VM's speed moves by a third within a minute) reaches both alike
+    # over the run (a shared VM's speed moves by a third within a minute) reaches both alike; each writes its
+    # optimized model to a file (qdqopt as its CLI does, ORT to optimized_model_filepath), and ORT's time is the
+    # session's creation alone
     rounds = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        model = load_model(path)
-        loaded = time.perf_counter()
-        run_pipeline(model, level, disabled=set(disabled))
-        passed = time.perf_counter()
-        save_model(model)
-        saved = time.perf_counter()
-        del model
-        before_ort = time.perf_counter()
-        run_reference(path, level, capture_log=False)
-        rounds.append((loaded - start, passed - loaded, saved - passed, time.perf_counter() - before_ort))
+    with tempfile.TemporaryDirectory(prefix="qdqopt-bench-") as tmp:
+        ours_out, ort_out = Path(tmp) / "qdqopt.onnx", Path(tmp) / "ort.onnx"
+        for _ in range(repeat):
+            steps = _qdqopt_steps(path, set(disabled), level, ours_out, "atomic")
+            session = _ort_session(path, set(), level, ort_out, "ort")["session"]
+            ours_out.unlink(missing_ok=True)
+            ort_out.unlink(missing_ok=True)
+            rounds.append((steps["load"], steps["passes"], steps["save"], session))
     load, passes, save, ort = (statistics.median(r[step] for r in rounds) for step in range(4))
     ratio = statistics.median((r[0] + r[1] + r[2]) / r[3] for r in rounds)
     tracemalloc.start()
@@ -202,11 +201,12 @@ def _mb(result: dict[str, float] | None, size: float) -> str:
     return f"{result['peak'] / 1e6:7.1f} ({result['peak'] / 1e6 / size:5.2f}x)"
 
 
-def _write_model() -> Callable[[Model, Path], object] | None:
-    """``qdqopt.graph.model.write_model`` where this checkout has it (the benchmark also runs on older ones)."""
+def _write_model(*, atomic: bool = False) -> Callable[[Model, Path], object] | None:
+    """``qdqopt.graph.model.write_model`` (``write_atomic`` if ``atomic``) where this checkout has it (the benchmark
+    also runs on older ones)."""
     from qdqopt.graph import model as model_module
 
-    return getattr(model_module, "write_model", None)
+    return getattr(model_module, "write_atomic" if atomic else "write_model", None)
 
 
 def _measure_in_child(tool: str, path: Path, level: Level, disabled: list[str], repeat: int) -> dict[str, float]:
@@ -261,14 +261,15 @@ def _child(tool: str, model: str, level_text: str, disabled_text: str, repeat_te
 
 def _qdqopt_steps(path: Path, disabled: set[str], level: Level, out: Path, tool: str) -> dict[str, float]:
     """load + passes + save into ``out``: ``save_model``'s ModelProto serialised and written, the Model dropped
-    first as :func:`qdqopt.api.optimize` drops it (tool ``qdqopt``), or ``write_model`` (tool ``stream``)."""
+    first as :func:`qdqopt.api.optimize` drops it (tool ``qdqopt``), ``write_model`` (tool ``stream``), or
+    ``write_atomic``, the CLI's way: ``write_model`` into a temporary file renamed over ``out`` (tool ``atomic``)."""
     start = time.perf_counter()
     model = load_model(path)
     loaded = time.perf_counter()
     run_pipeline(model, level, disabled=disabled)
     passed = time.perf_counter()
-    writer = _write_model()
-    if tool == "stream" and writer is not None:
+    writer = _write_model(atomic=tool == "atomic")
+    if tool in ("stream", "atomic") and writer is not None:
         writer(model, out)
     else:
         proto = save_model(model)

@@ -70,23 +70,35 @@ def fit_exponent(nodes: list[int], seconds: list[float]) -> float:
 
 
 def _time_child(which: str, path: Path, level: str) -> float:
-    """Wall time of one run in a fresh child process (qdqopt: load + passes + save; ORT: session creation)."""
+    """Wall time of one run in a fresh child process (qdqopt: load + passes + the optimized model written as the CLI
+    writes it; ORT: session creation, which writes it to ``optimized_model_filepath``)."""
     code = (
-        "import json, sys, time, warnings\n"
+        "import json, os, sys, tempfile, time, warnings\n"
         "warnings.simplefilter('ignore')\n"
-        "from qdqopt.graph import load_model, save_model\n"
+        "from pathlib import Path\n"
+        "from qdqopt.graph import load_model\n"
+        "from qdqopt.graph.model import write_atomic\n"
         "from qdqopt.levels import parse_level\n"
         "from qdqopt.manager import run_pipeline\n"
-        "from qdqopt.reference import run_reference\n"
+        "import onnxruntime as ort\n"
         "which, path, level = sys.argv[1:4]\n"
+        "lvl = parse_level(level)\n"
+        "tmp = tempfile.mkdtemp(prefix='qdqopt-sweep-')\n"
+        "out = os.path.join(tmp, 'optimized.onnx')\n"
+        "so = ort.SessionOptions()\n"
+        "so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, lvl.ort_name)\n"
+        "so.log_severity_level = 3\n"
+        "so.optimized_model_filepath = out\n"
         "start = time.perf_counter()\n"
         "if which == 'qdqopt':\n"
         "    model = load_model(path)\n"
-        "    run_pipeline(model, parse_level(level))\n"
-        "    save_model(model)\n"
+        "    run_pipeline(model, lvl)\n"
+        "    write_atomic(model, Path(out))\n"
         "else:\n"
-        "    run_reference(path, level, capture_log=False)\n"
+        "    ort.InferenceSession(path, so, providers=['CPUExecutionProvider'])\n"
         "print(json.dumps(time.perf_counter() - start))\n"
+        "os.unlink(out)\n"
+        "os.rmdir(tmp)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, which, str(path), level], capture_output=True, text=True, check=True
