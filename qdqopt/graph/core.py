@@ -208,7 +208,7 @@ def _declared_shape(graph: Graph, name: str) -> list[int | None] | None:
     """The dims a graph input, output or value_info entry declares for ``name``, as values (None: none declared)."""
     for vi in (*graph.inputs, *graph.outputs, *graph.value_info):
         if vi.name == name and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            return [int(d.dim_value) if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+            return [int(d.dim_value) if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim[:]]
     return None
 
 
@@ -358,7 +358,7 @@ class Node:
     def attr_ints(self, name: str, default: list[int] | None = None) -> list[int] | None:
         """An ``INTS`` attribute as a new list (``GetRepeatedNodeAttributeValues``), or ``default``."""
         p = self._typed(name, onnx.AttributeProto.INTS)
-        return default if p is None else [int(v) for v in p.ints]
+        return default if p is None else [int(v) for v in p.ints[:]]
 
     @overload
     def attr_float(self, name: str) -> float | None: ...
@@ -376,7 +376,7 @@ class Node:
     def attr_floats(self, name: str, default: list[float] | None = None) -> list[float] | None:
         """A ``FLOATS`` attribute as a new list, or ``default``."""
         p = self._typed(name, onnx.AttributeProto.FLOATS)
-        return default if p is None else [float(v) for v in p.floats]
+        return default if p is None else [float(v) for v in p.floats[:]]
 
     @overload
     def attr_str(self, name: str) -> str | None: ...
@@ -395,7 +395,7 @@ class Node:
     def attr_strs(self, name: str, default: list[str] | None = None) -> list[str] | None:
         """A ``STRINGS`` attribute, each decoded as UTF-8, or ``default``."""
         p = self._typed(name, onnx.AttributeProto.STRINGS)
-        return default if p is None else [decode_str(v) for v in p.strings]
+        return default if p is None else [decode_str(v) for v in p.strings[:]]
 
     @overload
     def attr_tensor(self, name: str) -> onnx.TensorProto | None: ...
@@ -1263,7 +1263,7 @@ class Graph:
                 return _declared_shape(scope, value)
             tensor = scope.initializer(value)
             if tensor is not None:
-                return [int(d) for d in tensor.dims]
+                return [int(d) for d in tensor.dims[:]]
             if scope.defines(value):
                 break
             scope = scope.parent
@@ -1279,7 +1279,7 @@ class Graph:
         found = self.value_type(value)
         if found is None or not found.HasField("tensor_type") or not found.tensor_type.HasField("shape"):
             return None
-        return [int(d.dim_value) if d.HasField("dim_value") else None for d in found.tensor_type.shape.dim]
+        return [int(d.dim_value) if d.HasField("dim_value") else None for d in found.tensor_type.shape.dim[:]]
 
     def _data_elem_type(self, value: str, _depth: int = 0) -> int | None:
         """``View.DATA``'s element type: see :class:`View`. A value made since the last inference gets the type its
@@ -1314,7 +1314,7 @@ class Graph:
         declared = self.input_index().get(value)
         tensor = self._inits.get(value)
         if tensor is not None and declared is None:
-            return [int(d) for d in tensor.dims]
+            return [int(d) for d in tensor.dims[:]]
         found = declared.type if declared is not None else self._data_type(value)
         if found is None or not found.HasField("tensor_type"):
             if found is None and self.parent is not None and not self.defines(value):

@@ -388,7 +388,7 @@ def _constant_ints(gp: onnx.GraphProto) -> dict[str, list[int]]:
 def _known_dims(type_proto: onnx.TypeProto | None) -> list[int | None] | None:
     if type_proto is None or not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
         return None
-    return [int(d.dim_value) if d.HasField("dim_value") else None for d in type_proto.tensor_type.shape.dim]
+    return [int(d.dim_value) if d.HasField("dim_value") else None for d in type_proto.tensor_type.shape.dim[:]]
 
 
 def _arith(op: str, a: int, b: int) -> int | None:

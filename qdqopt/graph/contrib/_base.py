@@ -143,7 +143,7 @@ class Node:
     def attr_ints(self, name: str) -> list[int] | None:
         """``getRepeatedAttribute``: None when absent."""
         found = self.attr(name)
-        return [int(v) for v in found.ints] if found is not None else None
+        return [int(v) for v in found.ints[:]] if found is not None else None
 
     def attr_str(self, name: str) -> str | None:
         found = self.attr(name)

@@ -64,7 +64,7 @@ class ApiGraph:
             return UNTYPED
         tensor = self.graph.initializer(name)
         if tensor is not None and name not in self.graph.input_index():
-            return int(tensor.data_type), [int(d) for d in tensor.dims]
+            return int(tensor.data_type), [int(d) for d in tensor.dims[:]]
         if name in self.types:
             return self.types[name]
         return self.graph.elem_type(name, view=View.DATA), self.graph.shape(name, view=View.DATA)

@@ -329,7 +329,7 @@ class OptimizerCtx(ApiGraph):
             restore_input = True
             restore_dq = look is not None
             try:
-                dims = [int(d) for d in constant.dims]
+                dims = [int(d) for d in constant.dims[:]]
                 if int(np.prod(dims)) == 1:
                     return
                 if len(dims) == 1 and dims[0] == len(perm):
@@ -406,7 +406,7 @@ class OptimizerCtx(ApiGraph):
         data = b"" if array is None else np.ascontiguousarray(array).tobytes()
         width = len(data) // len(perm)
         permuted = b"".join(data[p * width : (p + 1) * width] for p in perm)
-        new = self.add_initializer(int(constant.data_type), [int(d) for d in constant.dims], permuted)
+        new = self.add_initializer(int(constant.data_type), [int(d) for d in constant.dims[:]], permuted)
         self.set_input(node, i, new)
         if not self.has_consumers(name):
             self.graph.remove_initializer(name)
@@ -449,7 +449,7 @@ class OptimizerCtx(ApiGraph):
                 sq = self.make_squeeze_or_unsqueeze("Squeeze", to_modify, axes)
                 self.copy_value_info(to_modify, sq.outputs[0])
                 self.redirect(consumers, to_modify, sq.outputs[0])
-            self.reshape_initializer(to_modify, unsqueeze_shape([int(d) for d in constant.dims], axes))
+            self.reshape_initializer(to_modify, unsqueeze_shape([int(d) for d in constant.dims[:]], axes))
             if look is not None:
                 quant = look[1]
                 if quant.per_axis:

@@ -125,14 +125,14 @@ def try_constant_fold(ctx: OptimizerCtx, node: Node) -> bool:
         perm = ctx.perm_of(node)
         if perm is None:
             return False
-        name = ctx.add_initializer(tensor.data_type, [int(d) for d in tensor.dims], array.tobytes())
+        name = ctx.add_initializer(tensor.data_type, [int(d) for d in tensor.dims[:]], array.tobytes())
         ctx.transpose_initializer(name, perm)
     else:
         axes = ctx.read_attr_or_input(node, "axes", 1, 13)
         if axes is None:
             return False
-        name = ctx.add_initializer(tensor.data_type, [int(d) for d in tensor.dims], array.tobytes())
-        ctx.reshape_initializer(name, squeeze_shape([int(d) for d in tensor.dims], axes))
+        name = ctx.add_initializer(tensor.data_type, [int(d) for d in tensor.dims[:]], array.tobytes())
+        ctx.reshape_initializer(name, squeeze_shape([int(d) for d in tensor.dims[:]], axes))
     ctx.redirect(consumers, out, name)
     if not ctx.has_consumers(out):
         ctx.remove_node(node)
