@@ -445,3 +445,19 @@ def test_a_subgraph_must_be_sorted_the_main_graph_need_not(
             load_model(model)
     else:
         assert compare(run(model, "all").model, run_reference(model, "all", capture_log=False).model).holds("P")
+
+
+@pytest.mark.parametrize("shape", [None, [], [1], [2, 3, 4], ["N", None, 3], [0, -1], ["unk__1"]], ids=repr)
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT64, TensorProto.FLOAT16])
+def test_tensor_type_proto_is_the_onnx_helpers(elem: int, shape: list[int | str | None] | None) -> None:
+    """The graph core's compiled twins of ``make_tensor_type_proto`` and ``make_tensor_value_info`` make the same
+    protos: the same bytes, and an empty shape present exactly when the helper's is."""
+    from qdqopt.graph.schema import tensor_type_proto, tensor_value_info
+
+    ours, theirs = tensor_type_proto(elem, shape), helper.make_tensor_type_proto(elem, shape)
+    assert ours.SerializeToString() == theirs.SerializeToString()
+    assert ours.tensor_type.HasField("shape") == theirs.tensor_type.HasField("shape")
+    vi, expected = tensor_value_info("v", elem, shape), helper.make_tensor_value_info("v", elem, shape)
+    assert vi.SerializeToString() == expected.SerializeToString()
+    with pytest.raises(ValueError):
+        tensor_type_proto(elem, [1.5])  # type: ignore[list-item]

@@ -53,7 +53,15 @@ from qdqopt.errors import ModelError
 from qdqopt.events import Kind, say
 from qdqopt.graph import inference
 from qdqopt.graph.order import ort_order_of_adjacency
-from qdqopt.graph.schema import OpSchema, Schema, lookup, node_schema, normalize_domain, type_string
+from qdqopt.graph.schema import (
+    OpSchema,
+    Schema,
+    lookup,
+    node_schema,
+    normalize_domain,
+    tensor_type_proto,
+    type_string,
+)
 from qdqopt.graph.stdhash import StdUnorderedMap
 
 #: the contrib QLinear ops' formal input that holds their output's zero point
@@ -1241,7 +1249,7 @@ class Graph:
                 return declared
             tensor = owner.initializer(value)
             assert tensor is not None
-            return onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+            return tensor_type_proto(tensor.data_type, list(tensor.dims))
         declared = _declared_input_type(self, value)
         if declared is not None:
             return declared
@@ -1367,7 +1375,7 @@ class Graph:
             }
             for name, tensor in inits.items():
                 if name not in inputs and not inference.data_given(self, name, tensor):
-                    types[name] = onnx.helper.make_tensor_type_proto(tensor.data_type, tensor.dims)
+                    types[name] = tensor_type_proto(tensor.data_type, tensor.dims)
             self._data_types = types
         else:
             self._keep_data_types(inference.infer_with_data(self))
@@ -2024,7 +2032,7 @@ _new_edge = tuple.__new__
 @functools.cache
 def _tensor_type_text(elem: int) -> str:
     """ORT's type string of a tensor of element type ``elem`` (``tensor(float)``), as Resolve's errors print it."""
-    return str(type_string(onnx.helper.make_tensor_type_proto(elem, None)))
+    return str(type_string(tensor_type_proto(elem, None)))
 
 
 #: the order of one node's input edges: source node, source slot, input slot

@@ -38,6 +38,8 @@ from qdqopt.graph.schema import (
     normalize_domain,
     parse_type_string,
     subgraph_protos,
+    tensor_type_proto,
+    tensor_value_info,
     type_string,
 )
 
@@ -758,7 +760,7 @@ def _fill_resolve_graph(gp: onnx.GraphProto, graph: Graph) -> None:
         if data_given(graph, name, tensor):  # a value_info entry may name it too (a Concat ReshapeFusion folded)
             gp.initializer.append(tensor)
         elif name not in declared:
-            gp.value_info.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
+            gp.value_info.append(tensor_value_info(name, tensor.data_type, list(tensor.dims)))
         declared.add(name)
     order = graph.topological_order()
     for node in order:
@@ -840,7 +842,7 @@ _ELEM_ONLY: dict[int, onnx.TypeProto] = {}
 def _elem_only(elem: int) -> onnx.TypeProto:
     found = _ELEM_ONLY.get(elem)
     if found is None:
-        found = _ELEM_ONLY[elem] = onnx.helper.make_tensor_type_proto(elem, None)
+        found = _ELEM_ONLY[elem] = tensor_type_proto(elem, None)
     return found
 
 
@@ -984,7 +986,7 @@ def _fill_data_graph(gp: onnx.GraphProto, graph: Graph) -> None:
         assert tensor is not None
         if not data_given(graph, name, tensor):
             if name not in graph.input_index():
-                gp.value_info.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
+                gp.value_info.append(tensor_value_info(name, tensor.data_type, list(tensor.dims)))
             continue
         gp.initializer.append(tensor)
     gp.node.extend(_node_protos(graph, graph.topological_order(), _fill_data_graph))
@@ -1027,7 +1029,7 @@ def infer_node_output(
             continue
         tensor = graph.initializer(value)
         if tensor is not None:
-            input_types[value] = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+            input_types[value] = tensor_type_proto(tensor.data_type, list(tensor.dims))
             if graph.is_constant_initializer(value) and _shape_relevant(tensor):
                 input_data[value] = tensor
             continue
@@ -1114,7 +1116,7 @@ def _input_type(graph: Graph, name: str) -> onnx.TypeProto | None:
                 return vi.type if vi.HasField("type") else None
         tensor = scope.initializer(name)
         if tensor is not None:
-            return onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+            return tensor_type_proto(tensor.data_type, list(tensor.dims))
         if scope.defines(name):
             break
         scope = scope.parent

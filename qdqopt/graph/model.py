@@ -46,7 +46,7 @@ from onnx import numpy_helper
 from qdqopt.errors import ModelError
 from qdqopt.graph.core import Graph, Node, node_proto_head, tensor_array
 from qdqopt.graph.inference import fill_unknown, has_dim, infer_model_types, lenient_merge, merge_type, shapes_conflict
-from qdqopt.graph.schema import elem_types, normalize_domain, subgraph_protos
+from qdqopt.graph.schema import elem_types, normalize_domain, subgraph_protos, tensor_type_proto, tensor_value_info
 from qdqopt.graph.stdhash import StdUnorderedMap
 
 __all__ = ["Model", "ModelSource", "load_model", "merge_type", "save_model", "write_atomic", "write_model"]
@@ -793,7 +793,7 @@ def _build_graph(
             tensor = _constant_to_tensor(node_proto)
             graph.add_initializer(_normalise_initializer(tensor))
             if ir_version < 4:
-                graph.inputs.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
+                graph.inputs.append(tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
         else:
             others.append(node_proto)
     made: set[str] = set()
@@ -1342,7 +1342,7 @@ def _declared_type(graph: Graph | None, name: str) -> onnx.TypeProto | None:
                 return vi.type
         tensor = graph.initializer(name)
         if tensor is not None:
-            return onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+            return tensor_type_proto(tensor.data_type, list(tensor.dims))
         graph = graph.parent
     return None
 

@@ -17,7 +17,7 @@ ops the model defines, which inference types through their bodies and the partit
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -44,6 +44,8 @@ __all__ = [
     "registry_domains",
     "set_local_functions",
     "subgraph_protos",
+    "tensor_type_proto",
+    "tensor_value_info",
     "type_string",
 ]
 
@@ -324,11 +326,42 @@ def _elem_name(elem: int) -> str:
     return str(onnx.TensorProto.DataType.Name(elem)).lower()
 
 
+def tensor_type_proto(elem: int, shape: Sequence[int | str | None] | None) -> onnx.TypeProto:
+    """``onnx.helper.make_tensor_type_proto(elem, shape)``, the same TypeProto made by compiled code (the helper is
+    interpreted Python, and passes and inference make many): a dim per item of ``shape`` (a value, a name, or unknown
+    for None), an empty shape present for ``[]``, none for None."""
+    out = onnx.TypeProto()
+    tensor = out.tensor_type
+    tensor.elem_type = elem
+    if shape is not None:
+        dims = tensor.shape.dim
+        dims.extend([])  # (as the helper does: an empty list still marks the shape present)
+        for value in shape:
+            dim = dims.add()
+            if value is None:
+                continue
+            if isinstance(value, int):
+                dim.dim_value = value
+            elif isinstance(value, str):
+                dim.dim_param = value
+            else:
+                raise ValueError(f"Invalid item in shape: {value}. Needs to be of int or str.")
+    return out
+
+
+def tensor_value_info(name: str, elem: int, shape: Sequence[int | str | None] | None) -> onnx.ValueInfoProto:
+    """``onnx.helper.make_tensor_value_info(name, elem, shape)`` (see :func:`tensor_type_proto`)."""
+    out = onnx.ValueInfoProto()
+    out.name = name
+    out.type.CopyFrom(tensor_type_proto(elem, shape))
+    return out
+
+
 def parse_type_string(text: str) -> onnx.TypeProto | None:
     """The TypeProto of an ORT type string (``tensor(float)``, ``seq(tensor(int64))``, ``optional(...)``)."""
     if text.startswith("tensor(") and text.endswith(")"):
         elem = _data_type_by_name(text[len("tensor(") : -1])
-        return onnx.helper.make_tensor_type_proto(elem, None) if elem else None
+        return tensor_type_proto(elem, None) if elem else None
     if text.startswith("seq(") and text.endswith(")"):
         inner = parse_type_string(text[len("seq(") : -1])
         return onnx.helper.make_sequence_type_proto(inner) if inner else None

@@ -39,7 +39,7 @@ import numpy as np
 import onnx
 
 from qdqopt.graph import Edge, Graph, Node
-from qdqopt.graph.schema import normalize_domain
+from qdqopt.graph.schema import normalize_domain, tensor_type_proto
 from qdqopt.graph.stdhash import StdUnorderedMap
 
 __all__ = [
@@ -597,7 +597,7 @@ def add_cast(
     the output ``GenerateNodeArgName(output_base)`` typed ``to`` with ``dims``, the node
     ``GenerateNodeName(node_base)`` with attribute ``to`` on ``ep``. Returns the new value."""
     out = graph.generate_value_name(output_base)
-    graph.set_value_type(out, onnx.helper.make_tensor_type_proto(to, list(dims)))
+    graph.set_value_type(out, tensor_type_proto(to, list(dims)))
     graph.add_node(
         graph.generate_node_name(node_base),
         "Cast",

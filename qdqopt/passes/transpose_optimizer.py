@@ -19,9 +19,8 @@ registers is implemented, so the pass covers every model (it declines none).
 
 from __future__ import annotations
 
-import onnx
-
 from qdqopt.graph import Graph
+from qdqopt.graph.schema import tensor_type_proto
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.transpose_optimization import OptimizerCtx, make_ctx, optimize
 from qdqopt.passes.transpose_optimization.api import UNTYPED
@@ -41,12 +40,12 @@ def write_back_types(graph: Graph, ctx: OptimizerCtx) -> None:
     for name, (elem, dims) in ctx.changed_types().items():
         if not graph.has_value(name):
             continue
-        type_proto = onnx.helper.make_tensor_type_proto(elem or 0, dims)
+        type_proto = tensor_type_proto(elem or 0, dims)
         if not graph.is_initializer(name):
             graph.set_value_type(name, type_proto)
         graph.pin_value_type(name, type_proto)
     for name, (elem, dims) in ctx.replaced_types().items():
-        graph.keep_value_type(name, onnx.helper.make_tensor_type_proto(elem or 0, dims))
+        graph.keep_value_type(name, tensor_type_proto(elem or 0, dims))
     for name, found in ctx.types.items():  # NodeArgs it made untyped: the next Resolve removes those nothing uses
         if found == UNTYPED:
             graph.mark_untyped(name)

@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 
 from qdqopt.graph import Graph, Node
+from qdqopt.graph.schema import tensor_type_proto
 from qdqopt.passes.graph_utils import add_replacement_node
 from qdqopt.passes.qdq.selectors import Ctx, Selection
 from qdqopt.passes.qdq_util import raw_tensor
@@ -86,7 +87,7 @@ def set_optional_zero_points(graph: Graph, ctx: Ctx, sel: Selection) -> None:
             tensor.data_type = dtype
             tensor.raw_data = b"\x00"
             graph.add_initializer(tensor)
-            graph.set_value_type(name, onnx.helper.make_tensor_type_proto(dtype, []))
+            graph.set_value_type(name, tensor_type_proto(dtype, []))
         graph.set_input(node, 2, name)
 
 
@@ -190,7 +191,7 @@ class MatMulNBitsAction(Action):
             tensors.append(raw_tensor(z_name, TP.UINT8, [int(packed_z.size)], packed_z.tobytes()))
         for tensor in tensors:
             graph.add_initializer(tensor)
-            graph.set_value_type(tensor.name, onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims)))
+            graph.set_value_type(tensor.name, tensor_type_proto(tensor.data_type, list(tensor.dims)))
         for slot, value in enumerate(inputs):
             graph.set_input(node, slot, value)
         if target.op_type == "Gemm":
