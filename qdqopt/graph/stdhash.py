@@ -606,7 +606,8 @@ class StdUnorderedMap:
 
     def copy(self) -> StdUnorderedMap:
         """Copy construction / copy assignment: same buckets, policy and order."""
-        other = StdUnorderedMap.__new__(StdUnorderedMap)
+        # (the native constructor, then the fields set: __new__ called by name goes through the interpreter)
+        other = StdUnorderedMap(memo=True)
         other._state = self._state
         if self._state is not None:  # a snapshot is never edited: shared
             return other
