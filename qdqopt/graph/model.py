@@ -88,6 +88,20 @@ class Model:
 
 
 # ---------------------------------------------------------------------------------------------------------- loading
+#: the subgraphs of a GraphProto's nodes: (position, the node's graphs) of each node that has any, in node order
+Nested = list[tuple[int, list[onnx.GraphProto]]]
+
+
+def _nested_graphs(gp: onnx.GraphProto) -> Nested:
+    """The nodes of ``gp`` that hold subgraphs (:func:`subgraph_protos`), found once for the load's checks."""
+    out: Nested = []
+    for position, node in enumerate(gp.node[:]):
+        subs = subgraph_protos(node)
+        if subs:
+            out.append((position, subs))
+    return out
+
+
 def read_model_proto(source: ModelSource, *, initializers: bool = True) -> tuple[onnx.ModelProto, Path | None]:
     """Read a model file without following external data outside its folder. Raises :class:`ModelError`.
 
@@ -160,20 +174,6 @@ def _utf8_bytes_valid(message_type: type[Message], data: bytes) -> bool:
     except (DecodeError, ValueError):
         return False
     return True
-
-
-#: the subgraphs of a GraphProto's nodes: (position, the node's graphs) of each node that has any, in node order
-Nested = list[tuple[int, list[onnx.GraphProto]]]
-
-
-def _nested_graphs(gp: onnx.GraphProto) -> Nested:
-    """The nodes of ``gp`` that hold subgraphs (:func:`subgraph_protos`), found once for the load's checks."""
-    out: Nested = []
-    for position, node in enumerate(gp.node[:]):
-        subs = subgraph_protos(node)
-        if subs:
-            out.append((position, subs))
-    return out
 
 
 def _check_external_locations(
