@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import collections
 import enum
-import functools
 import operator
 import sys
 import types
@@ -60,7 +59,7 @@ from qdqopt.graph.schema import (
     node_schema,
     normalize_domain,
     tensor_type_proto,
-    type_string,
+    tensor_type_string,
 )
 from qdqopt.graph.stdhash import StdUnorderedMap
 
@@ -1790,7 +1789,7 @@ class Graph:
             found = self.value_type(name) if nested else types.get(name)
             return int(found.tensor_type.elem_type) if found is not None and found.HasField("tensor_type") else 0
 
-        text = _tensor_type_text
+        text = tensor_type_string
         # the nodes to check, in index order (the node map's), found through the op type index
         ops = [op for op in self._by_op if op.startswith("QLinear") or op in ("QuantizeLinear", "DequantizeLinear")]
         candidates = sorted(index for op in ops for index in self._by_op[op])
@@ -2003,8 +2002,8 @@ def _qlinear_facts(schema: Schema) -> tuple[list[tuple[str, frozenset[int], bool
 
 def _tensor_elems(type_strings: frozenset[str]) -> frozenset[int]:
     """The element types of the ``tensor(...)`` types among ``type_strings``: an element type ``e`` is among them iff
-    ``_tensor_type_text(e)`` is one of the strings."""
-    return frozenset(elem for elem in _DATA_TYPE_VALUES if _tensor_type_text(elem) in type_strings)
+    ``tensor_type_string(e)`` is one of the strings."""
+    return frozenset(elem for elem in _DATA_TYPE_VALUES if tensor_type_string(elem) in type_strings)
 
 
 #: every ``TensorProto.DataType`` but UNDEFINED
@@ -2027,12 +2026,6 @@ def _count_down(counts: dict[str, int], key: str) -> None:
 
 #: ``Edge(*fields)`` without the named tuple's Python-level ``__new__``
 _new_edge = tuple.__new__
-
-
-@functools.cache
-def _tensor_type_text(elem: int) -> str:
-    """ORT's type string of a tensor of element type ``elem`` (``tensor(float)``), as Resolve's errors print it."""
-    return str(type_string(tensor_type_proto(elem, None)))
 
 
 #: the order of one node's input edges: source node, source slot, input slot

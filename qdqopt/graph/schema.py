@@ -45,6 +45,7 @@ __all__ = [
     "set_local_functions",
     "subgraph_protos",
     "tensor_type_proto",
+    "tensor_type_string",
     "tensor_value_info",
     "type_string",
 ]
@@ -266,6 +267,15 @@ def input_arg_counts(schema: Schema, num_inputs: int) -> list[int]:
 _TENSOR_TYPE_STRINGS: dict[int, str] = {}
 
 
+def tensor_type_string(elem: int) -> str:
+    """ORT's type string of a tensor of element type ``elem``, not 0 (``tensor(float)``), made once per type (an
+    element type that is no ``TensorProto.DataType`` raises ``ValueError``)."""
+    found = _TENSOR_TYPE_STRINGS.get(elem)
+    if found is None:
+        found = _TENSOR_TYPE_STRINGS[elem] = f"tensor({_elem_name(elem)})"
+    return found
+
+
 def type_string(type_proto: onnx.TypeProto | None) -> str | None:
     """ORT's ``DataTypeImpl`` string of a type (``tensor(float16)``, ``seq(tensor(int64))``...), None if unknown."""
     if type_proto is None:
@@ -273,12 +283,7 @@ def type_string(type_proto: onnx.TypeProto | None) -> str | None:
     kind = type_proto.WhichOneof("value")
     if kind == "tensor_type":
         elem = type_proto.tensor_type.elem_type
-        if not elem:
-            return None
-        found = _TENSOR_TYPE_STRINGS.get(elem)
-        if found is None:
-            found = _TENSOR_TYPE_STRINGS[elem] = f"tensor({_elem_name(elem)})"
-        return found
+        return tensor_type_string(elem) if elem else None
     if kind == "sparse_tensor_type":
         elem = type_proto.sparse_tensor_type.elem_type
         return f"sparse_tensor({_elem_name(elem)})" if elem else None
