@@ -33,6 +33,7 @@ import collections
 import json
 import re
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -190,11 +191,26 @@ def _measure_all(work: list[tuple[str, str, str, tuple[str, ...]]], jobs: int) -
     """Every measurement of ``work``, as they end, in ``jobs`` child processes (at most ``jobs`` in flight). A child
     that dies (ORT's C++ can abort: some fixtures say ORT 1.32 crashes on them) ends its pool: what was in flight is
     measured again, each in a fresh child of its own, where the one that dies again is an error result; a new pool
-    takes the rest."""
+    takes the rest. The children keep their temporary files in one folder of this process's, so what a child that
+    died leaves goes with it."""
+    with tempfile.TemporaryDirectory(prefix="qdqopt-fidelity-") as folder:
+        yield from _measure_pools(work, jobs, folder)
+
+
+def _temp_in(folder: str) -> None:
+    """A pool child's initializer: its temporary files go in ``folder``."""
+    tempfile.tempdir = folder
+
+
+def _pool(jobs: int, folder: str) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(jobs, initializer=_temp_in, initargs=(folder,))
+
+
+def _measure_pools(work: list[tuple[str, str, str, tuple[str, ...]]], jobs: int, folder: str) -> Iterator[Result]:
     todo = list(reversed(work))
     while todo:
         suspects: list[tuple[str, str, str, tuple[str, ...]]] = []
-        with ProcessPoolExecutor(jobs) as pool:
+        with _pool(jobs, folder) as pool:
             running: dict[Future[Result], tuple[str, str, str, tuple[str, ...]]] = {}
             while (todo or running) and not suspects:
                 while todo and len(running) < jobs:
@@ -209,18 +225,18 @@ def _measure_all(work: list[tuple[str, str, str, tuple[str, ...]]], jobs: int) -
                         suspects.append(w)
             suspects += running.values()
         for w in suspects:
-            with ProcessPoolExecutor(1) as alone:
+            with _pool(1, folder) as alone:
                 try:
                     yield alone.submit(_measure_args, w).result()
                 except BrokenProcessPool:
-                    yield _died(*w[:3])
+                    yield _died(*w[:3], folder)
 
 
-def _died(model: str, level: str, config: str) -> Result:
+def _died(model: str, level: str, config: str, folder: str) -> Result:
     """A measurement whose process died: ``refused`` when qdqopt, asked alone in a child, refuses the model (ORT's
     session crashing on it is the fixture's known ORT bug), else an error."""
     try:
-        with ProcessPoolExecutor(1) as alone:
+        with _pool(1, folder) as alone:
             refusal = alone.submit(_qdqopt_refusal, model, level, config).result()
     except BrokenProcessPool:
         refusal = None

@@ -254,6 +254,7 @@ def _in_child(run: Callable[[], ReferenceRun], lvl: Level) -> ReferenceRun:
         pid = os.fork()
         if pid == 0:  # the child: its answer (the run, or ORT's refusal) in a file, then out without cleanup
             code = 0
+            tempfile.tempdir = tmp  # what the child leaves when ORT crashes it goes with the parent's folder
             try:
                 try:
                     answer: object = run()
@@ -330,7 +331,7 @@ so = ort.SessionOptions()
 so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
 so.add_session_config_entry("session.disable_quant_qdq", "1")
 so.log_severity_level = 3
-with tempfile.TemporaryDirectory(prefix="qdqopt-ref-") as tmp:
+with tempfile.TemporaryDirectory(prefix="qdqopt-ref-", dir=sys.argv[2]) as tmp:
     so.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
     try:
         ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
@@ -346,13 +347,14 @@ with tempfile.TemporaryDirectory(prefix="qdqopt-ref-") as tmp:
 def check_accepted_in_child(path: str | os.PathLike[str]) -> None:
     """:func:`check_accepted` in a child process: ORT's C++ can crash on a model it should reject (a signal then ends
     only the child, and is reported as ORT's crash), and the memory the session takes goes with the child."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHILD_CHECK, os.fspath(path)],
-        capture_output=True,
-        text=True,
-        errors="replace",
-        check=False,
-    )
+    with tempfile.TemporaryDirectory(prefix="qdqopt-child-") as tmp:  # the child's files, kept if ORT crashes it
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD_CHECK, os.fspath(path), tmp],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            check=False,
+        )
     if proc.returncode == 0:
         return
     if proc.returncode < 0:

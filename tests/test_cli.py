@@ -20,8 +20,10 @@ from qdqopt.passes import TRANSFORMERS
 from tests.conftest import CORPUS, fixture_model
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "qdqopt.cli", *args], capture_output=True, text=True, check=False)
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "qdqopt.cli", *args], capture_output=True, text=True, check=False, env=env
+    )
 
 
 def _digest(path: Path) -> str:
@@ -364,10 +366,14 @@ def test_ort_check_runs_in_a_child_process(tmp_path: Path, monkeypatch: pytest.M
 def test_ort_crashing_at_a_level_is_a_one_line_error(command: list[str], tmp_path: Path) -> None:
     """ORT 1.32 accepts ``matmultranspose/transpose_cast_batch_mismatch`` at DISABLE_ALL but its NchwcTransformer
     crashes the process at ALL (the fixture says why): a command that runs ORT at ALL creates that session in a
-    child, so the crash ends the child and the command says so in one line (exit 2), never with signal 11."""
+    child, so the crash ends the child and the command says so in one line (exit 2), never with signal 11. The
+    temporary files the crashed child made go too."""
     path = tmp_path / "model.onnx"
     onnx.save(fixture_model("matmultranspose/transpose_cast_batch_mismatch"), path)
-    proc = _run(*command, str(path), "--level", "all")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    proc = _run(*command, str(path), "--level", "all", env={**os.environ, "TMPDIR": str(temp)})
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-400:])
     assert "ONNX Runtime crashed (signal" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+    assert not [p.name for p in temp.iterdir() if p.name.startswith("qdqopt-")]  # (importing ORT writes .ses)

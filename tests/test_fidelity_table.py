@@ -3,6 +3,9 @@ shares count what the runs say (a difference shows, with its class)."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from tests.conftest import ROOT, load_file_module
@@ -51,9 +54,11 @@ def test_a_session_both_refuse_is_ref_and_counts_as_exact() -> None:
     assert any(line.startswith("(REF: 1 run(s)") for line in fidelity.table([result]))
 
 
-def test_a_crash_in_ort_ends_one_measurement_not_the_run() -> None:
+def test_a_crash_in_ort_ends_one_measurement_not_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ORT 1.32's NchwcTransformer crashes the process on ``matmultranspose/transpose_cast_batch_mismatch`` at ALL;
-    the measurements around it still come, and the crashed one is an error result naming the crash."""
+    the measurements around it still come, the crashed one is an error result naming the crash, and the temporary
+    files the crashed child made go with the run."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     work = [
         ("matmultranspose/transpose_cast_batch_mismatch", level, "default", ("S", "X", "P"))
         for level in ("extended", "all")
@@ -65,3 +70,4 @@ def test_a_crash_in_ort_ends_one_measurement_not_the_run() -> None:
     assert results[("eudq/subgraph_and_one_explicit", "all")].verdict == "P"
     crashed = results[("matmultranspose/transpose_cast_batch_mismatch", "all")]
     assert crashed.verdict == "ERR" and "crash in ORT's C++" in crashed.error
+    assert not list(tmp_path.iterdir())
