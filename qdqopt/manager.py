@@ -157,24 +157,59 @@ def run_pipeline(
             result.unimplemented.extend(r.name for r in rules if rule_implementation(r) is None)
         elif implementation(spec) is None:
             result.unimplemented.append(spec.name)
-    graph = model.graph
-
     missing = {
         spec.name: tuple(r.name for r in rules if rule_implementation(r) is None) for spec, rules in plan if spec.rules
     }
+    run = _Run(model.graph, ctx, result, by_stage, missing, on_pass, on_entry, stop_before)
+    result.context = ctx
+    collecting = gc.isenabled()
+    # no cyclic garbage collection while the passes run: they make no cycles to collect, and each collection walked
+    # every object of the loaded model (the passes' temporaries trigger one every few hundred allocations)
+    gc.disable()
+    try:
+        with events.recording(result.events):
+            _run_stages(model.graph, ctx, cfg, by_stage, run.apply, run.apply_level, run.apply_insert_cast)
+    except StopRun:
+        result.stopped = True
+    finally:
+        if collecting:
+            gc.enable()
+    return result
 
-    log = result.events
 
-    def record(entry: TraceEntry) -> None:
+class _Run:
+    """The state of one :func:`run_pipeline` and its steps, which :func:`_run_stages` calls.
+
+    (An object, not closures over the run's locals: compiled with mypyc, nested functions share one environment
+    object that holds them, a reference cycle through the graph, so every run's model waited for the cyclic garbage
+    collector.)"""
+
+    def __init__(
+        self,
+        graph: Graph,
+        ctx: PassContext,
+        result: PipelineResult,
+        by_stage: dict[str, list[tuple[PassSpec, GraphTransformer | None, tuple[RuleSpec, ...]]]],
+        missing: dict[str, tuple[str, ...]],
+        on_pass: Snapshot | None,
+        on_entry: EntryHook | None,
+        stop_before: str | None,
+    ) -> None:
+        self.graph, self.ctx, self.result, self.log = graph, ctx, result, result.events
+        self.by_stage, self.missing = by_stage, missing
+        self.on_pass, self.on_entry, self.stop_before = on_pass, on_entry, stop_before
+
+    def record(self, entry: TraceEntry) -> None:
         """One pass application's trace entry, and the callers' hooks told of it."""
-        result.trace.append(entry)
-        if on_pass is not None:
-            on_pass(entry.name, graph)
-        if on_entry is not None:
-            on_entry(entry, graph)
+        self.result.trace.append(entry)
+        if self.on_pass is not None:
+            self.on_pass(entry.name, self.graph)
+        if self.on_entry is not None:
+            self.on_entry(entry, self.graph)
 
-    def apply(spec: PassSpec, transformer: GraphTransformer | None, step: int) -> bool:
-        if spec.name == stop_before:
+    def apply(self, spec: PassSpec, transformer: GraphTransformer | None, step: int) -> bool:
+        graph, log = self.graph, self.log
+        if spec.name == self.stop_before:
             raise _Stop
         before = op_counts(graph)
         with log.scope(pass_name=spec.name, level=log.level, step=log.step, plugin=spec.is_plugin):
@@ -183,7 +218,7 @@ def run_pipeline(
             mark = len(log.events)
             graph.take_changes()
             start = time.perf_counter()
-            modified = transformer.apply(graph, ctx) if transformer is not None else False
+            modified = transformer.apply(graph, self.ctx) if transformer is not None else False
             seconds = time.perf_counter() - start
             line = events.text(events.Kind.MODIFIED, name=spec.name, modified=modified)
             log.insert_before_resolve(mark, events.Kind.MODIFIED, line)
@@ -193,16 +228,17 @@ def run_pipeline(
         entry = TraceEntry(
             spec.name, spec.stage, step, modified, transformer is not None, plugin=spec.is_plugin, seconds=seconds
         )
-        entry.missing_rules = missing.get(spec.name, ()) if transformer is not None else ()
+        entry.missing_rules = self.missing.get(spec.name, ()) if transformer is not None else ()
         if modified:
             entry.op_delta = _delta(before, op_counts(graph))
-        record(entry)
+        self.record(entry)
         return modified
 
-    def apply_insert_cast() -> bool:
+    def apply_insert_cast(self) -> bool:
         """``InsertCastTransformer``: it inserts its Casts, then runs ``RemoveDuplicateCastTransformer::Apply`` with
         its own modified flag; so the remover's line is logged first and both lines print that shared flag."""
-        loop = {spec.name: (spec, transformer) for spec, transformer, _ in by_stage.get("loop", [])}
+        graph, ctx, log = self.graph, self.ctx, self.log
+        loop = {spec.name: (spec, transformer) for spec, transformer, _ in self.by_stage.get("loop", [])}
         if not loop:
             return False
         insert_spec, inserter = loop[InsertCastTransformer.name]
@@ -234,11 +270,12 @@ def run_pipeline(
             entry = TraceEntry(
                 spec.name, spec.stage, 0, modified, True, delta if modified else {}, seconds=seconds[spec.name]
             )
-            record(entry)
+            self.record(entry)
         return modified
 
-    def apply_level(stage: str) -> bool:
-        entries = by_stage.get(stage, [])
+    def apply_level(self, stage: str) -> bool:
+        log = self.log
+        entries = self.by_stage.get(stage, [])
         number = int(stage[1:])  # ORT's TransformerLevel
         ort_count = sum(1 for spec, _, _ in entries if not spec.is_plugin)
         if not ort_count:
@@ -258,28 +295,13 @@ def run_pipeline(
                         with log.scope(pass_name=spec.name, level=number, step=step + 1):
                             log.say(events.Kind.SKIP, name=spec.name, step=step + 1)
                         continue
-                    changed = apply(spec, transformer, step) or changed
+                    changed = self.apply(spec, transformer, step) or changed
                 changed_at_all = changed_at_all or changed
                 log.say(events.Kind.STEP_END, step=step + 1, steps=MAX_STEPS, level=number, changed=changed)
                 if not changed:
                     log.say(events.Kind.STOP, level=number, step=step + 1)
                     break
         return changed_at_all
-
-    result.context = ctx
-    collecting = gc.isenabled()
-    # no cyclic garbage collection while the passes run: they make no cycles to collect, and each collection walked
-    # every object of the loaded model (the passes' temporaries trigger one every few hundred allocations)
-    gc.disable()
-    try:
-        with events.recording(log):
-            _run_stages(graph, ctx, cfg, by_stage, apply, apply_level, apply_insert_cast)
-    except StopRun:
-        result.stopped = True
-    finally:
-        if collecting:
-            gc.enable()
-    return result
 
 
 class StopRun(Exception):
