@@ -11,11 +11,15 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from qdqopt import partition as partition_module
 from qdqopt import run
+from qdqopt.cli import example_model
 from qdqopt.diff import compare
 from qdqopt.errors import ModelError, ReferenceError
 from qdqopt.graph import Changes, Graph, inference, load_model, save_model
 from qdqopt.graph import model as model_module
+from qdqopt.levels import parse_level
+from qdqopt.manager import run_pipeline
 from qdqopt.reference import run_reference
 from qdqopt.target import Target
 from tests.conftest import (
@@ -328,6 +332,110 @@ def test_seeded_data_types_are_those_of_the_inference_with_data() -> None:
     if corpus_models():
         assert "ort_testdata/csharp/tools/MauiModelTester/Resources/Raw/test_data/model.onnx" in seeded
     assert len(seeded) > len(refused)
+
+
+def _first_pass_types(source: str | onnx.ModelProto, level: str) -> tuple[dict[str, bytes], dict[str, bytes]] | None:
+    """At the run's first Resolve inference (``View.PASS``), the types the seed gives (``Graph.seeded_pass_types``)
+    and those the inference gives; None where the loader does not seed or the seed does not hold there."""
+    from qdqopt.graph.core import Graph as CoreGraph
+
+    found: list[tuple[dict[str, bytes], dict[str, bytes]] | None] = []
+    real = inference.infer_types
+
+    def first(graph: CoreGraph) -> None:
+        if not found and graph.parent is None:
+            seeded = graph.seeded_pass_types()  # (asked once: the inference below runs in full)
+            real(graph)
+            if seeded is None:
+                found.append(None)
+            else:
+                serialised = {name: t.SerializeToString() for name, t in seeded.items()}
+                found.append((serialised, {name: t.SerializeToString() for name, t in graph._types.items()}))
+            return
+        real(graph)
+
+    model = load_model(source)
+    if model.graph._load_pass_types is None:
+        return None
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(inference, "infer_types", first)
+        patch.setattr(partition_module, "infer_types", first)
+        run_pipeline(model, parse_level(level))
+    return found[0] if found else None
+
+
+def test_seeded_pass_types_are_those_of_the_first_resolve_inference() -> None:
+    """Where the loader seeds ``View.PASS`` with its own types and every node still types as at load when the first
+    Resolve inference runs (the partitioner's, after Level1), the seed gives exactly what that inference gives: same
+    values, same types. Over the corpus's CI sample and the fixtures of the sweeps' samples, at DISABLE_ALL, BASIC
+    and ALL; MobileNetV3 is seeded at ALL (Level1 removes 300 Identity and 76 Cast nodes before the partitioner), and
+    a graph whose nodes Level1 changes is refused."""
+    sources: list[tuple[str, str | onnx.ModelProto]] = [
+        (corpus_id(path), str(path)) for path in corpus_models() if corpus_id(path) in corpus_sample("passseed")
+    ]
+    names = sorted(realarch_sample() | transformers_sample() | handbuilt_sample())
+    sources += [(name, fixture_model(name)) for name in names]
+    sources.append(("reshape_behind_identity", _reshape_behind_identity()))
+    used: list[str] = []
+    refused: list[str] = []
+    for key, source in sources:
+        for level in ("disable_all", "basic", "all"):
+            try:
+                found = _first_pass_types(source, level)
+            except ModelError:
+                break  # refused (bad input, or a session ORT fails)
+            if found is None:
+                refused.append(f"{key}|{level}")
+                continue
+            seeded, inferred = found
+            assert seeded == inferred, (key, level, sorted(set(seeded) ^ set(inferred))[:5])
+            used.append(f"{key}|{level}")
+    if corpus_models():
+        assert "ort_testdata/csharp/tools/MauiModelTester/Resources/Raw/test_data/model.onnx|all" in used
+    assert "reshape_behind_identity|disable_all" in used  # as loaded
+    assert "reshape_behind_identity|basic" in refused  # the Reshape reads its shape's data once the Identity is gone
+    assert used and refused
+
+
+def _reshape_behind_identity() -> onnx.ModelProto:
+    """A Reshape whose shape comes through an Identity: the load-time inference does not see the shape's data (an
+    Identity output's), the partitioner's, after Level1 removed the Identity, does (the initializer's)."""
+    nodes = [
+        helper.make_node("Identity", ["shape"], ["shape_id"], name="id"),
+        helper.make_node("Reshape", ["x", "shape_id"], ["y"], name="reshape"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])],  # as the loader types it
+        [numpy_helper.from_array(np.array([3, 4], dtype=np.int64), "shape")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_the_pass_seed_holds_only_while_the_nodes_type_as_loaded() -> None:
+    """The seed stands for the first Resolve inference only while every node types as at load, and is asked once:
+    an initializer added, a node added, or an input pointed at a value of another type make the partitioner infer."""
+
+    def seeded() -> Graph:
+        graph = load_model(example_model()).graph
+        assert graph._load_pass_types is not None
+        return graph
+
+    graph = seeded()
+    assert graph.seeded_pass_types() is not None
+    assert graph.seeded_pass_types() is None  # asked once
+    graph = seeded()
+    graph.add_initializer(helper.make_tensor("extra", TensorProto.FLOAT, [1], [0.0]))
+    assert graph.seeded_pass_types() is None
+    graph = seeded()
+    graph.add_node("extra_relu", "Relu", [graph.graph_output_names()[0]], ["extra_out"])
+    assert graph.seeded_pass_types() is None
+    graph = seeded()
+    dq = next(n for n in graph.nodes() if n.op_type == "DequantizeLinear")
+    graph.set_input(dq, 0, dq.inputs[1])  # the quantized tensor swapped for its (float) scale
+    assert graph.seeded_pass_types() is None
 
 
 def test_knownt_large_initializers_rewritten(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,6 +55,7 @@ from qdqopt.graph.order import ort_order_of_adjacency
 from qdqopt.graph.schema import (
     OpSchema,
     Schema,
+    known_type,
     lookup,
     node_schema,
     normalize_domain,
@@ -537,6 +538,9 @@ class Graph:
         # the load-time types, when they are what the run's first inference with data would give as long as the
         # graph is as loaded (see seed_data_types), with the graph's state they hold for
         self._load_data_types: tuple[dict[str, onnx.TypeProto], tuple[object, ...]] | None = None
+        # the load-time types, when they are what the run's first Resolve inference (View.PASS) gives as long as
+        # every node types as it did at load (see seed_pass_types), with what the graph was at load
+        self._load_pass_types: _PassSeed | None = None
         # the structure when the pass application under way began (the main graph's; None: no pass began)
         self._pass_began_at: tuple[int, ...] | None = None
         self._node_types: dict[tuple[str, int], onnx.TypeProto | None] = {}
@@ -1352,6 +1356,103 @@ class Graph:
         (:func:`qdqopt.graph.model.load_model`). Used instead of that inference if nothing changed before it ran."""
         self._load_data_types = (types, self._load_state())
 
+    def seed_pass_types(self, types: dict[str, onnx.TypeProto]) -> None:
+        """Give the main graph, as loaded, the types of its values that the run's first Resolve inference
+        (``View.PASS``, :func:`~qdqopt.graph.inference.infer_types`) would give: the loader's, when it knows they
+        are the same on the graph as loaded (:func:`qdqopt.graph.model.load_model`). Used instead of that inference
+        if every node still types as at load then (:meth:`seeded_pass_types`)."""
+        inits, values = dict(self._inits), (list(self.inputs), list(self.outputs), list(self.value_info))
+        self._load_pass_types = _PassSeed(types, self.max_node_index(), inits, *values)
+
+    def seeded_pass_types(self) -> dict[str, onnx.TypeProto] | None:
+        """The types the run's first :func:`~qdqopt.graph.inference.infer_types` gives this main graph, from the
+        seeded load-time types (:meth:`seed_pass_types`), or None: infer them. The seed is asked once.
+
+        They are the load-time types if no type was set since the load and every node reads values typed as those it
+        read at load: no node was added; no initializer was added or replaced (removed ones are unused, which the
+        inference does not see); the graph's inputs, outputs and value_info are the loaded ones; and each node has its
+        op, outputs and attributes as loaded (plus the schema defaults Resolve filled in), and inputs renamed only to
+        values of the same load-time type (Level1's EliminateIdentity and Cast removals rename a consumer's input
+        to the removed node's), where neither value is an initializer whose data the inference reads (unless the node
+        is a QuantizeLinear or DequantizeLinear, whose inference reads no input's data). Each value keeps the type the
+        inference's storage would give it: a node output, graph input, output or value_info entry its load-time type,
+        an initializer its element type."""
+        seed, self._load_pass_types = self._load_pass_types, None
+        if seed is None or self._types or self.max_node_index() != seed.next_index:
+            return None
+        for now, then in ((self.inputs, seed.inputs), (self.outputs, seed.outputs), (self.value_info, seed.value_info)):
+            if len(now) != len(then) or any(a is not b for a, b in zip(now, then, strict=True)):
+                return None
+        for name, tensor in self._inits.items():
+            if seed.inits.get(name) is not tensor:
+                return None
+        types = seed.types
+        for node in self._nodes.values():
+            if not self._typed_as_loaded(node, seed):
+                return None
+        out: dict[str, onnx.TypeProto] = {}
+        for vi in self.inputs:
+            found = types.get(vi.name, vi.type if vi.HasField("type") else None)
+            if found is not None and known_type(found):
+                out[vi.name] = found
+        for node in self._nodes.values():
+            for value in node.outputs:
+                found = types.get(value) if value else None
+                if found is not None and known_type(found):
+                    out[value] = found
+        for vi in (*self.outputs, *self.value_info):
+            found = types.get(vi.name)
+            if found is not None and known_type(found):
+                out[vi.name] = found
+        for name, tensor in self._inits.items():
+            out[name] = inference.elem_only(tensor.data_type)
+        return out
+
+    def _typed_as_loaded(self, node: Node, seed: _PassSeed) -> bool:
+        """Whether ``node`` types as at load (:meth:`seeded_pass_types`)."""
+        loaded = node.original
+        if loaded is None or node.op_type != loaded.op_type or node.domain != loaded.domain:
+            return False
+        if node.outputs != loaded.output[:]:
+            return False
+        attributes = node.attributes
+        names: set[str] = set()
+        for attr in loaded.attribute[:]:
+            names.add(attr.name)
+            if attributes.get(attr.name) is not attr:
+                return False
+        if len(attributes) != len(names):  # the others must be the schema defaults Resolve filled in
+            schema = self.schema(node)
+            defaults = dict(schema.default_list) if schema is not None else {}
+            if any(found is not defaults.get(name) for name, found in attributes.items() if name not in names):
+                return False
+        inputs = loaded.input[:]
+        if len(inputs) != len(node.inputs):
+            return False
+        reads_no_data = normalize_domain(node.domain) == "" and node.op_type in _TYPED_WITHOUT_DATA
+        for then, now in zip(inputs, node.inputs, strict=True):
+            if then == now:
+                continue
+            if not then or not now:
+                return False
+            before = self._loaded_input_type(then, seed.inits, seed.types, reads_no_data)
+            after = self._loaded_input_type(now, self._inits, seed.types, reads_no_data)
+            if before is None or after is None or before != after:
+                return False
+        return True
+
+    def _loaded_input_type(
+        self, value: str, inits: dict[str, onnx.TensorProto], types: dict[str, onnx.TypeProto], reads_no_data: bool
+    ) -> onnx.TypeProto | None:
+        """The type a node reading ``value`` is given by the inference, from the load-time types; None where an
+        initializer's data would be given too (unless the node reads none)."""
+        tensor = inits.get(value)
+        if tensor is None:
+            return types.get(value)
+        if not reads_no_data and inference.data_given(self, value, tensor):
+            return None
+        return tensor_type_proto(tensor.data_type, list(tensor.dims))
+
     def _load_state(self) -> tuple[object, ...]:
         """What the seeded types depend on besides the nodes' and initializers' edits, which all go through
         :meth:`_before_edit`: the structure, the initializers (one may be removed without an edit) and the outputs."""
@@ -2114,10 +2215,27 @@ _CLONED_FIELDS = {
     "_data_types",
     "_data_typed_at",
     "_load_data_types",
+    "_load_pass_types",
     "_pass_began_at",
     "_node_types",
     "_node_protos",
 }
+
+
+class _PassSeed(NamedTuple):
+    """What :meth:`Graph.seed_pass_types` keeps: the load-time types and the graph they hold for."""
+
+    types: dict[str, onnx.TypeProto]
+    next_index: int
+    inits: dict[str, onnx.TensorProto]
+    inputs: list[onnx.ValueInfoProto]
+    outputs: list[onnx.ValueInfoProto]
+    value_info: list[onnx.ValueInfoProto]
+
+
+#: the ONNX ops whose shape inference reads no input's data (getInputData): a consumer renamed to an initializer of
+#: the same type still types as at load (Level1 removes the Identity nodes between them and their scales)
+_TYPED_WITHOUT_DATA = frozenset({"QuantizeLinear", "DequantizeLinear"})
 
 
 _NameIndex = tuple[list[onnx.ValueInfoProto], int, dict[str, onnx.ValueInfoProto]]

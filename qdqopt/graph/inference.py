@@ -230,7 +230,7 @@ def _propagated_as_ort(
     ``proto`` where it can use only the values ORT keeps (:func:`_mask_value_propagation`), again while the values
     kept grow (``subgraphs``: False when the model has none)."""
     types = base
-    if not _reads_shape_values(proto.graph):
+    if not reads_shape_values(proto.graph):
         return types  # no shape value to keep (every kept value starts at a Shape or Size): nothing to propagate
     kept_before: dict[str, _Value] = {}
     for _ in range(_PROPAGATION_ROUNDS):
@@ -330,7 +330,7 @@ def _types_of(
     return types
 
 
-def _reads_shape_values(gp: onnx.GraphProto) -> bool:
+def reads_shape_values(gp: onnx.GraphProto) -> bool:
     """Whether a node of ``gp`` makes a shape value (Shape, Size): without one, :func:`_ort_shape_values` keeps none
     (every value it keeps starts at one) and there is nothing to propagate."""
     return any(node.op_type in ("Shape", "Size") and node.domain in ("", "ai.onnx") for node in gp.node)
@@ -725,6 +725,12 @@ def infer_types(graph: Graph) -> None:
     typed input bound to the same constraint, or the constraint's only allowed type; repeated while that types
     something new.
     """
+    seeded = graph.seeded_pass_types() if graph.parent is None else None
+    if seeded is not None:  # the load-time types, which this inference would give (Graph.seed_pass_types)
+        adopt = graph.adopt_value_type
+        for name, found in seeded.items():
+            adopt(name, found)
+        return
     for _ in range(_MAX_ROUNDS):
         model = onnx.ModelProto(ir_version=onnx.IR_VERSION)
         for domain, version in sorted(root_of(graph).opsets.items()):
@@ -820,7 +826,7 @@ def _store(graph: Graph, inferred: onnx.GraphProto) -> None:
     for name in graph.initializer_names():
         tensor = graph.initializer(name)
         if tensor is not None:
-            adopt(name, _elem_only(tensor.data_type))
+            adopt(name, elem_only(tensor.data_type))
     if next(graph.subgraphs(), None) is None:
         return
     order = graph.topological_order()
@@ -839,7 +845,9 @@ def _store(graph: Graph, inferred: onnx.GraphProto) -> None:
 _ELEM_ONLY: dict[int, onnx.TypeProto] = {}
 
 
-def _elem_only(elem: int) -> onnx.TypeProto:
+def elem_only(elem: int) -> onnx.TypeProto:
+    """The TypeProto of a tensor of element type ``elem`` without a shape, as Resolve types an initializer's value
+    (one per element type, shared: never edit it)."""
     found = _ELEM_ONLY.get(elem)
     if found is None:
         found = _ELEM_ONLY[elem] = tensor_type_proto(elem, None)
@@ -916,7 +924,7 @@ def bound_elem_type(node: Node, value: str, elem_of: Callable[[str], int | None]
 
     def type_of(name: str) -> onnx.TypeProto | None:
         elem = elem_of(name)
-        return _elem_only(elem) if elem else None
+        return elem_only(elem) if elem else None
 
     found = _type_for_formal(node, schema, formal.type_str, input_arg_counts(schema, len(node.inputs)), type_of)
     if found is None or found.WhichOneof("value") != "tensor_type":

@@ -45,7 +45,16 @@ from onnx import numpy_helper
 
 from qdqopt.errors import ModelError
 from qdqopt.graph.core import Graph, Node, node_proto_head, tensor_array
-from qdqopt.graph.inference import fill_unknown, has_dim, infer_model_types, lenient_merge, merge_type, shapes_conflict
+from qdqopt.graph.inference import (
+    data_given,
+    fill_unknown,
+    has_dim,
+    infer_model_types,
+    lenient_merge,
+    merge_type,
+    reads_shape_values,
+    shapes_conflict,
+)
 from qdqopt.graph.schema import elem_types, normalize_domain, subgraph_protos, tensor_type_proto, tensor_value_info
 from qdqopt.graph.stdhash import StdUnorderedMap
 
@@ -228,6 +237,8 @@ def load_model(source: ModelSource, *, inline_local_functions: bool = True) -> M
     _load_time_resolve(graph)
     if not header.functions and _data_types_as_loaded(graph, model.value_types):
         graph.seed_data_types(model.value_types)
+        if _pass_types_as_loaded(graph, gp, model.value_types):
+            graph.seed_pass_types(model.value_types)
     if header.functions:
         from qdqopt.graph.function_inlining import check_not_recursive, set_local_functions
         from qdqopt.partition import inline_functions_aot
@@ -267,6 +278,25 @@ def _data_types_as_loaded(graph: Graph, types: dict[str, onnx.TypeProto]) -> boo
         ):
             return False
     return True
+
+
+def _pass_types_as_loaded(graph: Graph, gp: onnx.GraphProto, types: dict[str, onnx.TypeProto]) -> bool:
+    """Whether the load-time types are those the run's first Resolve inference (``View.PASS``) gives the graph as
+    loaded (:meth:`Graph.seed_pass_types`), where they are already those of the first inference with data
+    (:func:`_data_types_as_loaded`). That Resolve's inference propagates no shape value and is given the data of
+    the small constant initializers only: so only when no node makes a shape value (Shape, Size), every
+    initializer's data is given to both inferences or to neither, and every node output has a load-time type (the
+    loader's inference gave up on none; the Resolve's keeps what the schemas tell)."""
+    if reads_shape_values(gp):
+        return False
+    for node in graph.nodes():
+        if any(value and value not in types for value in node.outputs):
+            return False
+    return all(
+        _data_for_inference(tensor) == data_given(graph, name, tensor)
+        for name in graph.initializer_names()
+        if (tensor := graph.initializer(name)) is not None
+    )
 
 
 def _check_inputs_defined(
@@ -996,14 +1026,21 @@ def _inference_tensor(tensor: onnx.TensorProto) -> onnx.TensorProto:
         out.ClearField("external_data")
         out.data_location = onnx.TensorProto.DEFAULT
         return out
-    if tensor.data_type in _INFERENCE_DATA_TYPES:
+    if _data_for_inference(tensor):
         return tensor
+    return onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+
+
+def _data_for_inference(tensor: onnx.TensorProto) -> bool:
+    """Whether the load-time inference is given the initializer's data (:func:`_inference_tensor`)."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return False
+    if tensor.data_type in _INFERENCE_DATA_TYPES:
+        return True
     count = 1
     for dim in tensor.dims[:]:
         count *= dim
-    if count <= _INFERENCE_DATA_MAX:
-        return tensor
-    return onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+    return count <= _INFERENCE_DATA_MAX
 
 
 def _inference_model(
