@@ -1361,8 +1361,12 @@ class Graph:
         (``View.PASS``, :func:`~qdqopt.graph.inference.infer_types`) would give: the loader's, when it knows they
         are the same on the graph as loaded (:func:`qdqopt.graph.model.load_model`). Used instead of that inference
         if every node still types as at load then (:meth:`seeded_pass_types`)."""
-        inits, values = dict(self._inits), (list(self.inputs), list(self.outputs), list(self.value_info))
-        self._load_pass_types = _PassSeed(types, self.max_node_index(), inits, *values)
+        nodes = {
+            index: (node.op_type, node.domain, list(node.inputs), list(node.outputs), dict(node.attributes))
+            for index, node in self._nodes.items()
+        }
+        values = (list(self.inputs), list(self.outputs), list(self.value_info))
+        self._load_pass_types = _PassSeed(types, self.max_node_index(), dict(self._inits), *values, nodes)
 
     def seeded_pass_types(self) -> dict[str, onnx.TypeProto] | None:
         """The types the run's first :func:`~qdqopt.graph.inference.infer_types` gives this main graph, from the
@@ -1386,10 +1390,12 @@ class Graph:
         for name, tensor in self._inits.items():
             if seed.inits.get(name) is not tensor:
                 return None
-        types = seed.types
-        for node in self._nodes.values():
-            if not self._typed_as_loaded(node, seed):
+        defaults: dict[tuple[str, str], dict[str, onnx.AttributeProto]] = {}
+        made: dict[str, onnx.TypeProto | None] = {}  # the type an initializer is read as, by name
+        for index, node in self._nodes.items():
+            if not self._typed_as_loaded(node, seed.nodes[index], seed, defaults, made):
                 return None
+        types = seed.types
         out: dict[str, onnx.TypeProto] = {}
         for vi in self.inputs:
             found = types.get(vi.name, vi.type if vi.HasField("type") else None)
@@ -1408,41 +1414,53 @@ class Graph:
             out[name] = inference.elem_only(tensor.data_type)
         return out
 
-    def _typed_as_loaded(self, node: Node, seed: _PassSeed) -> bool:
-        """Whether ``node`` types as at load (:meth:`seeded_pass_types`)."""
-        loaded = node.original
-        if loaded is None or node.op_type != loaded.op_type or node.domain != loaded.domain:
+    def _typed_as_loaded(
+        self,
+        node: Node,
+        loaded: _LoadedNode,
+        seed: _PassSeed,
+        defaults: dict[tuple[str, str], dict[str, onnx.AttributeProto]],
+        made: dict[str, onnx.TypeProto | None],
+    ) -> bool:
+        """Whether ``node`` types as it did when loaded as ``loaded`` (:meth:`seeded_pass_types`)."""
+        op_type, domain, inputs, outputs, attributes = loaded
+        if node.op_type != op_type or node.domain != domain or node.outputs != outputs:
             return False
-        if node.outputs != loaded.output[:]:
-            return False
-        attributes = node.attributes
-        names: set[str] = set()
-        for attr in loaded.attribute[:]:
-            names.add(attr.name)
-            if attributes.get(attr.name) is not attr:
+        now = node.attributes
+        for name, attr in attributes.items():
+            if now.get(name) is not attr:
                 return False
-        if len(attributes) != len(names):  # the others must be the schema defaults Resolve filled in
-            schema = self.schema(node)
-            defaults = dict(schema.default_list) if schema is not None else {}
-            if any(found is not defaults.get(name) for name, found in attributes.items() if name not in names):
+        if len(now) != len(attributes):  # the others must be the schema defaults Resolve filled in
+            key = (domain, op_type)
+            found = defaults.get(key)
+            if found is None:
+                schema = self.schema(node)
+                found = defaults[key] = dict(schema.default_list) if schema is not None else {}
+            if any(attr is not found.get(name) for name, attr in now.items() if name not in attributes):
                 return False
-        inputs = loaded.input[:]
-        if len(inputs) != len(node.inputs):
+        if node.inputs == inputs:
+            return True
+        if len(node.inputs) != len(inputs):
             return False
-        reads_no_data = normalize_domain(node.domain) == "" and node.op_type in _TYPED_WITHOUT_DATA
-        for then, now in zip(inputs, node.inputs, strict=True):
-            if then == now:
+        reads_no_data = normalize_domain(domain) == "" and op_type in _TYPED_WITHOUT_DATA
+        for then, value in zip(inputs, node.inputs, strict=True):
+            if then == value:
                 continue
-            if not then or not now:
+            if not then or not value:
                 return False
-            before = self._loaded_input_type(then, seed.inits, seed.types, reads_no_data)
-            after = self._loaded_input_type(now, self._inits, seed.types, reads_no_data)
+            before = self._loaded_input_type(then, seed.inits, seed.types, reads_no_data, made)
+            after = self._loaded_input_type(value, self._inits, seed.types, reads_no_data, made)
             if before is None or after is None or before != after:
                 return False
         return True
 
     def _loaded_input_type(
-        self, value: str, inits: dict[str, onnx.TensorProto], types: dict[str, onnx.TypeProto], reads_no_data: bool
+        self,
+        value: str,
+        inits: dict[str, onnx.TensorProto],
+        types: dict[str, onnx.TypeProto],
+        reads_no_data: bool,
+        made: dict[str, onnx.TypeProto | None],
     ) -> onnx.TypeProto | None:
         """The type a node reading ``value`` is given by the inference, from the load-time types; None where an
         initializer's data would be given too (unless the node reads none)."""
@@ -1451,7 +1469,9 @@ class Graph:
             return types.get(value)
         if not reads_no_data and inference.data_given(self, value, tensor):
             return None
-        return tensor_type_proto(tensor.data_type, list(tensor.dims))
+        if value not in made:
+            made[value] = tensor_type_proto(tensor.data_type, list(tensor.dims))
+        return made[value]
 
     def _load_state(self) -> tuple[object, ...]:
         """What the seeded types depend on besides the nodes' and initializers' edits, which all go through
@@ -2222,6 +2242,10 @@ _CLONED_FIELDS = {
 }
 
 
+#: a node as loaded: op type, domain, inputs, outputs, attributes
+_LoadedNode = tuple[str, str, list[str], list[str], dict[str, onnx.AttributeProto]]
+
+
 class _PassSeed(NamedTuple):
     """What :meth:`Graph.seed_pass_types` keeps: the load-time types and the graph they hold for."""
 
@@ -2231,6 +2255,7 @@ class _PassSeed(NamedTuple):
     inputs: list[onnx.ValueInfoProto]
     outputs: list[onnx.ValueInfoProto]
     value_info: list[onnx.ValueInfoProto]
+    nodes: dict[int, _LoadedNode]
 
 
 #: the ONNX ops whose shape inference reads no input's data (getInputData): a consumer renamed to an initializer of

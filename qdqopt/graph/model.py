@@ -46,7 +46,7 @@ from onnx import numpy_helper
 from qdqopt.errors import ModelError
 from qdqopt.graph.core import Graph, Node, node_proto_head, tensor_array
 from qdqopt.graph.inference import (
-    data_given,
+    SHAPE_DATA_MAX,
     fill_unknown,
     has_dim,
     infer_model_types,
@@ -292,11 +292,18 @@ def _pass_types_as_loaded(graph: Graph, gp: onnx.GraphProto, types: dict[str, on
     for node in graph.nodes():
         if any(value and value not in types for value in node.outputs):
             return False
-    return all(
-        _data_for_inference(tensor) == data_given(graph, name, tensor)
-        for name in graph.initializer_names()
-        if (tensor := graph.initializer(name)) is not None
-    )
+    for name in graph.initializer_names():
+        tensor = graph.initializer(name)
+        if tensor is None or tensor.data_location == onnx.TensorProto.EXTERNAL:
+            continue  # neither is given an external initializer's data
+        # _data_for_inference and data_given, each field read once
+        count = 1
+        for dim in tensor.dims[:]:
+            count *= dim
+        at_load = tensor.data_type in _INFERENCE_DATA_TYPES or count <= _INFERENCE_DATA_MAX
+        if at_load != (count <= SHAPE_DATA_MAX and graph.is_constant_initializer(name)):
+            return False
+    return True
 
 
 def _check_inputs_defined(
