@@ -1361,10 +1361,9 @@ class Graph:
         (``View.PASS``, :func:`~qdqopt.graph.inference.infer_types`) would give: the loader's, when it knows they
         are the same on the graph as loaded (:func:`qdqopt.graph.model.load_model`). Used instead of that inference
         if every node still types as at load then (:meth:`seeded_pass_types`)."""
-        nodes = {
-            index: (node.op_type, node.domain, list(node.inputs), list(node.outputs), dict(node.attributes))
-            for index, node in self._nodes.items()
-        }
+        nodes: dict[int, _LoadedNode] = {}
+        for index, node in self._nodes.items():
+            nodes[index] = (node.op_type, node.domain, node.inputs[:], node.outputs[:], node.attributes.copy())
         values = (list(self.inputs), list(self.outputs), list(self.value_info))
         self._load_pass_types = _PassSeed(types, self.max_node_index(), dict(self._inits), *values, nodes)
 
@@ -1895,21 +1894,7 @@ class Graph:
 
         Values other than initializers and graph inputs are read as typed by the last inference, none inferred."""
         declared = {v.name: v.type.tensor_type.elem_type for v in self.inputs if v.type.HasField("tensor_type")}
-        inits, types, nested = self._inits, self._types, self.parent is not None
-
-        def known(name: str) -> int:
-            # initializer_owner and value_type, answered here for a value of this graph (the usual case)
-            tensor = inits.get(name) if name else None
-            if tensor is None and nested:
-                owner = self.initializer_owner(name)
-                tensor = owner.initializer(name) if owner is not None else None
-            if tensor is not None:
-                return int(tensor.data_type)
-            if name in declared:
-                return int(declared[name])
-            found = self.value_type(name) if nested else types.get(name)
-            return int(found.tensor_type.elem_type) if found is not None and found.HasField("tensor_type") else 0
-
+        known = self._known_elem
         text = tensor_type_string
         # the nodes to check, in index order (the node map's), found through the op type index
         ops = [op for op in self._by_op if op.startswith("QLinear") or op in ("QuantizeLinear", "DequantizeLinear")]
@@ -1933,7 +1918,7 @@ class Graph:
                 type_str, allowed_elems, variadic = formals[slot if slot < last else last]
                 if slot > last and not variadic:
                     continue
-                elem = known(name)
+                elem = known(name, declared)
                 if not elem:
                     continue
                 bound.setdefault(type_str, elem)
@@ -1945,19 +1930,35 @@ class Graph:
             if out_zp is None or not schema.outputs or not node.outputs:
                 continue
             param = schema.outputs[0].type_str
-            inferred = known(node.inputs[out_zp]) if out_zp < len(node.inputs) and node.inputs[out_zp] else 0
+            inferred = known(node.inputs[out_zp], declared) if out_zp < len(node.inputs) and node.inputs[out_zp] else 0
             inferred = inferred or onnx.TensorProto.UINT8  # the contrib inference's default without a zero point
             if param in bound and bound[param] != inferred:
                 raise ModelError(
                     f"Type Error: Type parameter ({param}) of Optype ({node.op_type}) bound to different types "
                     f"({text(bound[param])} and {text(inferred)} in node ({node.name})."
                 )
-            current = known(node.outputs[0])
+            current = known(node.outputs[0], declared)
             if current and current != inferred:
                 raise ModelError(
                     f"Type Error: Type ({text(current)}) of output arg ({node.outputs[0]}) of node ({node.name}) "
                     f"does not match expected type ({text(inferred)})."
                 )
+
+    def _known_elem(self, name: str, declared: dict[str, int]) -> int:
+        """The element type :meth:`_check_qlinear_input_types` reads for ``name`` (0: none): an initializer's, a
+        graph input's as ``declared``, else the last inference's (``initializer_owner`` and ``value_type``, answered
+        here for a value of this graph, the usual case)."""
+        tensor = self._inits.get(name) if name else None
+        nested = self.parent is not None
+        if tensor is None and nested:
+            owner = self.initializer_owner(name)
+            tensor = owner.initializer(name) if owner is not None else None
+        if tensor is not None:
+            return int(tensor.data_type)
+        if name in declared:
+            return int(declared[name])
+        found = self.value_type(name) if nested else self._types.get(name)
+        return int(found.tensor_type.elem_type) if found is not None and found.HasField("tensor_type") else 0
 
     def _refresh_subgraph_reads(self) -> None:
         """Resolve's ``BuildConnections``: innermost graphs first, every node with subgraphs gets its implicit inputs

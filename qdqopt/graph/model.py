@@ -290,8 +290,9 @@ def _pass_types_as_loaded(graph: Graph, gp: onnx.GraphProto, types: dict[str, on
     if reads_shape_values(gp):
         return False
     for node in graph.nodes():
-        if any(value and value not in types for value in node.outputs):
-            return False
+        for value in node.outputs:
+            if value and value not in types:
+                return False
     for name in graph.initializer_names():
         tensor = graph.initializer(name)
         if tensor is None or tensor.data_location == onnx.TensorProto.EXTERNAL:
