@@ -639,6 +639,12 @@ class Graph:
         """Live nodes in index order (the dict's insertion order: indices only grow and are never reused)."""
         return list(self._nodes.values())
 
+    def has_node_of(self, op_type: str, domain: str = "") -> bool:
+        """Whether a live node of this graph (its subgraphs aside) is ``domain``'s ``op_type`` (through the op type
+        index: the nodes are not walked)."""
+        wanted, nodes = normalize_domain(domain), self._nodes
+        return any(normalize_domain(nodes[index].domain) == wanted for index in self._by_op.get(op_type, ()))
+
     def op_counts(self) -> collections.Counter[str]:
         """Op counts of this graph and its subgraphs, keyed ``op`` or ``domain.op`` (kept as nodes come and go)."""
         counts = collections.Counter(self._op_count)
@@ -1363,7 +1369,7 @@ class Graph:
         if every node still types as at load then (:meth:`seeded_pass_types`)."""
         nodes: dict[int, _LoadedNode] = {}
         for index, node in self._nodes.items():
-            nodes[index] = (node.op_type, node.domain, node.inputs[:], node.outputs[:], node.attributes.copy())
+            nodes[index] = (node.op_type, node.domain, node.inputs.copy(), node.outputs.copy(), node.attributes.copy())
         values = (list(self.inputs), list(self.outputs), list(self.value_info))
         self._load_pass_types = _PassSeed(types, self.max_node_index(), dict(self._inits), *values, nodes)
 
@@ -1894,7 +1900,6 @@ class Graph:
 
         Values other than initializers and graph inputs are read as typed by the last inference, none inferred."""
         declared = {v.name: v.type.tensor_type.elem_type for v in self.inputs if v.type.HasField("tensor_type")}
-        known = self._known_elem
         text = tensor_type_string
         # the nodes to check, in index order (the node map's), found through the op type index
         ops = [op for op in self._by_op if op.startswith("QLinear") or op in ("QuantizeLinear", "DequantizeLinear")]
@@ -1918,7 +1923,7 @@ class Graph:
                 type_str, allowed_elems, variadic = formals[slot if slot < last else last]
                 if slot > last and not variadic:
                     continue
-                elem = known(name, declared)
+                elem = self._known_elem(name, declared)
                 if not elem:
                     continue
                 bound.setdefault(type_str, elem)
@@ -1930,14 +1935,15 @@ class Graph:
             if out_zp is None or not schema.outputs or not node.outputs:
                 continue
             param = schema.outputs[0].type_str
-            inferred = known(node.inputs[out_zp], declared) if out_zp < len(node.inputs) and node.inputs[out_zp] else 0
+            zp_value = node.inputs[out_zp] if out_zp < len(node.inputs) else ""
+            inferred = self._known_elem(zp_value, declared) if zp_value else 0
             inferred = inferred or onnx.TensorProto.UINT8  # the contrib inference's default without a zero point
             if param in bound and bound[param] != inferred:
                 raise ModelError(
                     f"Type Error: Type parameter ({param}) of Optype ({node.op_type}) bound to different types "
                     f"({text(bound[param])} and {text(inferred)} in node ({node.name})."
                 )
-            current = known(node.outputs[0], declared)
+            current = self._known_elem(node.outputs[0], declared)
             if current and current != inferred:
                 raise ModelError(
                     f"Type Error: Type ({text(current)}) of output arg ({node.outputs[0]}) of node ({node.name}) "

@@ -230,7 +230,7 @@ def _propagated_as_ort(
     ``proto`` where it can use only the values ORT keeps (:func:`_mask_value_propagation`), again while the values
     kept grow (``subgraphs``: False when the model has none)."""
     types = base
-    if not reads_shape_values(proto.graph):
+    if not _reads_shape_values(proto.graph):
         return types  # no shape value to keep (every kept value starts at a Shape or Size): nothing to propagate
     kept_before: dict[str, _Value] = {}
     for _ in range(_PROPAGATION_ROUNDS):
@@ -330,7 +330,7 @@ def _types_of(
     return types
 
 
-def reads_shape_values(gp: onnx.GraphProto) -> bool:
+def _reads_shape_values(gp: onnx.GraphProto) -> bool:
     """Whether a node of ``gp`` makes a shape value (Shape, Size): without one, :func:`_ort_shape_values` keeps none
     (every value it keeps starts at one) and there is nothing to propagate."""
     return any(node.op_type in ("Shape", "Size") and node.domain in ("", "ai.onnx") for node in gp.node)
@@ -727,9 +727,8 @@ def infer_types(graph: Graph) -> None:
     """
     seeded = graph.seeded_pass_types() if graph.parent is None else None
     if seeded is not None:  # the load-time types, which this inference would give (Graph.seed_pass_types)
-        adopt = graph.adopt_value_type
         for name, found in seeded.items():
-            adopt(name, found)
+            graph.adopt_value_type(name, found)
         return
     for _ in range(_MAX_ROUNDS):
         model = onnx.ModelProto(ir_version=onnx.IR_VERSION)
@@ -819,14 +818,13 @@ def data_given(graph: Graph, name: str, tensor: onnx.TensorProto) -> bool:
 def _store(graph: Graph, inferred: onnx.GraphProto) -> None:
     """Give the graph's values the types ``inferred`` (a proto of the caller's own, given up: its types are kept
     without a copy) holds, an initializer its tensor's element type, and each subgraph's values theirs."""
-    adopt = graph.adopt_value_type
     for vi in (*inferred.input[:], *inferred.output[:], *inferred.value_info[:]):
         if vi.HasField("type") and known_type(vi.type):
-            adopt(vi.name, vi.type)
+            graph.adopt_value_type(vi.name, vi.type)
     for name in graph.initializer_names():
         tensor = graph.initializer(name)
         if tensor is not None:
-            adopt(name, elem_only(tensor.data_type))
+            graph.adopt_value_type(name, elem_only(tensor.data_type))
     if next(graph.subgraphs(), None) is None:
         return
     order = graph.topological_order()
@@ -857,11 +855,10 @@ def elem_only(elem: int) -> onnx.TypeProto:
 def _propagate_by_schema(graph: Graph) -> bool:
     """Type outputs ONNX inference left unknown from their schema; True if any new type was found."""
     found = False
-    value_type = graph.value_type
     for node in graph.topological_order():
         for sub in node.subgraphs.values():
             found = _propagate_by_schema(sub) or found
-        if all(not value or value_type(value) is not None for value in node.outputs):
+        if all(not value or graph.value_type(value) is not None for value in node.outputs):
             continue  # every output typed: nothing for the schema to tell
         schema = node_schema(node)
         if schema is None or not schema.outputs:

@@ -52,7 +52,6 @@ from qdqopt.graph.inference import (
     infer_model_types,
     lenient_merge,
     merge_type,
-    reads_shape_values,
     shapes_conflict,
 )
 from qdqopt.graph.schema import elem_types, normalize_domain, subgraph_protos, tensor_type_proto, tensor_value_info
@@ -237,7 +236,7 @@ def load_model(source: ModelSource, *, inline_local_functions: bool = True) -> M
     _load_time_resolve(graph)
     if not header.functions and _data_types_as_loaded(graph, model.value_types):
         graph.seed_data_types(model.value_types)
-        if _pass_types_as_loaded(graph, gp, model.value_types):
+        if _pass_types_as_loaded(graph, model.value_types):
             graph.seed_pass_types(model.value_types)
     if header.functions:
         from qdqopt.graph.function_inlining import check_not_recursive, set_local_functions
@@ -280,14 +279,14 @@ def _data_types_as_loaded(graph: Graph, types: dict[str, onnx.TypeProto]) -> boo
     return True
 
 
-def _pass_types_as_loaded(graph: Graph, gp: onnx.GraphProto, types: dict[str, onnx.TypeProto]) -> bool:
+def _pass_types_as_loaded(graph: Graph, types: dict[str, onnx.TypeProto]) -> bool:
     """Whether the load-time types are those the run's first Resolve inference (``View.PASS``) gives the graph as
     loaded (:meth:`Graph.seed_pass_types`), where they are already those of the first inference with data
     (:func:`_data_types_as_loaded`). That Resolve's inference propagates no shape value and is given the data of
     the small constant initializers only: so only when no node makes a shape value (Shape, Size), every
     initializer's data is given to both inferences or to neither, and every node output has a load-time type (the
     loader's inference gave up on none; the Resolve's keeps what the schemas tell)."""
-    if reads_shape_values(gp):
+    if graph.has_node_of("Shape") or graph.has_node_of("Size"):  # (inference._reads_shape_values, on the graph)
         return False
     for node in graph.nodes():
         for value in node.outputs:
@@ -835,11 +834,11 @@ def _build_graph(
         else:
             others.append(node_proto)
     made: set[str] = set()
-    original_nodes, is_initializer = graph.original_nodes, graph.is_initializer
+    original_nodes = graph.original_nodes
     for node_proto in others:
         outputs = node_proto.output[:]
         for out in outputs:  # ORT's loader: a value is defined once, by an initializer or by one node
-            if out and (out in made or is_initializer(out)):
+            if out and (out in made or graph.is_initializer(out)):
                 raise ModelError(f"This is an invalid model. Error: Duplicate definition of name ({out}).")
             made.add(out)
         original_nodes.append(node_proto)

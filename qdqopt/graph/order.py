@@ -57,23 +57,23 @@ def ort_order_of_adjacency(
     stack = [i for i in sorted(indices) if not succ[i]]  # (dicts, not Mappings: compiled, their lookups are direct)
     visited: set[int] = set()
     order: list[int] = []
-    push, pop, emit, seen = stack.append, stack.pop, order.append, visited.add
+    # (the containers' methods called directly: compiled, a method bound to a local is called through Python)
     while stack:
-        index = pop()
+        index = stack.pop()
         if index < 0:
-            emit(~index)
+            order.append(~index)
             continue
         if index in visited:
             continue
-        seen(index)
-        push(~index)
+        visited.add(index)
+        stack.append(~index)
         sources = pred[index]
         if len(sources) == 1:
             for src in sources:
                 if src not in visited:
-                    push(src)
+                    stack.append(src)
         elif sources:
             for src in sorted(sources):
                 if src not in visited:
-                    push(src)
+                    stack.append(src)
     return order
