@@ -1367,11 +1367,24 @@ class Graph:
         (``View.PASS``, :func:`~qdqopt.graph.inference.infer_types`) would give: the loader's, when it knows they
         are the same on the graph as loaded (:func:`qdqopt.graph.model.load_model`). Used instead of that inference
         if every node still types as at load then (:meth:`seeded_pass_types`)."""
-        nodes: dict[int, _LoadedNode] = {}
-        for index, node in self._nodes.items():
-            nodes[index] = (node.op_type, node.domain, node.inputs.copy(), node.outputs.copy(), node.attributes.copy())
+        if self.max_node_index() != len(self._nodes):
+            return  # (the loader numbers the nodes from 0: the snapshot below is by index)
+        # the nodes as loaded, in flat lists (a container per node would cost the collector's time at load)
+        loaded = _LoadedNodes([], [], [], [], [], [], [])
+        for node in self._nodes.values():
+            loaded.ops.append(node.op_type)
+            loaded.domains.append(node.domain)
+            loaded.starts.append(len(loaded.values))
+            loaded.values.extend(node.inputs)
+            loaded.starts.append(len(loaded.values))
+            loaded.values.extend(node.outputs)
+            loaded.attr_starts.append(len(loaded.attr_names))
+            loaded.attr_names.extend(node.attributes)
+            loaded.attrs.extend(node.attributes.values())
+        loaded.starts.append(len(loaded.values))
+        loaded.attr_starts.append(len(loaded.attr_names))
         values = (list(self.inputs), list(self.outputs), list(self.value_info))
-        self._load_pass_types = _PassSeed(types, self.max_node_index(), dict(self._inits), *values, nodes)
+        self._load_pass_types = _PassSeed(types, self.max_node_index(), dict(self._inits), *values, loaded)
 
     def seeded_pass_types(self) -> dict[str, onnx.TypeProto] | None:
         """The types the run's first :func:`~qdqopt.graph.inference.infer_types` gives this main graph, from the
@@ -1398,7 +1411,7 @@ class Graph:
         defaults: dict[tuple[str, str], dict[str, onnx.AttributeProto]] = {}
         made: dict[str, onnx.TypeProto | None] = {}  # the type an initializer is read as, by name
         for index, node in self._nodes.items():
-            if not self._typed_as_loaded(node, seed.nodes[index], seed, defaults, made):
+            if not self._typed_as_loaded(node, index, seed, defaults, made):
                 return None
         types = seed.types
         out: dict[str, onnx.TypeProto] = {}
@@ -1422,33 +1435,41 @@ class Graph:
     def _typed_as_loaded(
         self,
         node: Node,
-        loaded: _LoadedNode,
+        index: int,
         seed: _PassSeed,
         defaults: dict[tuple[str, str], dict[str, onnx.AttributeProto]],
         made: dict[str, onnx.TypeProto | None],
     ) -> bool:
-        """Whether ``node`` types as it did when loaded as ``loaded`` (:meth:`seeded_pass_types`)."""
-        op_type, domain, inputs, outputs, attributes = loaded
-        if node.op_type != op_type or node.domain != domain or node.outputs != outputs:
+        """Whether ``node`` types as node ``index`` did when loaded (:meth:`seeded_pass_types`)."""
+        loaded = seed.nodes
+        op_type, domain = loaded.ops[index], loaded.domains[index]
+        if node.op_type != op_type or node.domain != domain:
             return False
-        now = node.attributes
-        for name, attr in attributes.items():
-            if now.get(name) is not attr:
+        values, starts = loaded.values, loaded.starts
+        first_input, first_output, end = starts[2 * index], starts[2 * index + 1], starts[2 * index + 2]
+        outputs, inputs = node.outputs, node.inputs
+        if len(outputs) != end - first_output or len(inputs) != first_output - first_input:
+            return False
+        for slot, value in enumerate(outputs):
+            if values[first_output + slot] != value:
                 return False
-        if len(now) != len(attributes):  # the others must be the schema defaults Resolve filled in
+        now = node.attributes
+        first_attr, end_attr = loaded.attr_starts[index], loaded.attr_starts[index + 1]
+        for position in range(first_attr, end_attr):
+            if now.get(loaded.attr_names[position]) is not loaded.attrs[position]:
+                return False
+        if len(now) != end_attr - first_attr:  # the others must be the schema defaults Resolve filled in
             key = (domain, op_type)
             found = defaults.get(key)
             if found is None:
                 schema = self.schema(node)
                 found = defaults[key] = dict(schema.default_list) if schema is not None else {}
-            if any(attr is not found.get(name) for name, attr in now.items() if name not in attributes):
+            names = set(loaded.attr_names[first_attr:end_attr])
+            if any(attr is not found.get(name) for name, attr in now.items() if name not in names):
                 return False
-        if node.inputs == inputs:
-            return True
-        if len(node.inputs) != len(inputs):
-            return False
         reads_no_data = normalize_domain(domain) == "" and op_type in _TYPED_WITHOUT_DATA
-        for then, value in zip(inputs, node.inputs, strict=True):
+        for slot, value in enumerate(inputs):
+            then = values[first_input + slot]
             if then == value:
                 continue
             if not then or not value:
@@ -2249,8 +2270,18 @@ _CLONED_FIELDS = {
 }
 
 
-#: a node as loaded: op type, domain, inputs, outputs, attributes
-_LoadedNode = tuple[str, str, list[str], list[str], dict[str, onnx.AttributeProto]]
+class _LoadedNodes(NamedTuple):
+    """The nodes as loaded, by index: op type, domain, and in flat lists, node after node, their inputs then outputs
+    (``starts``: where a node's inputs begin, where its outputs begin, then the next node's inputs) and attributes
+    (``attr_starts``: where a node's begin)."""
+
+    ops: list[str]
+    domains: list[str]
+    values: list[str]
+    starts: list[int]
+    attr_names: list[str]
+    attrs: list[onnx.AttributeProto]
+    attr_starts: list[int]
 
 
 class _PassSeed(NamedTuple):
@@ -2262,7 +2293,7 @@ class _PassSeed(NamedTuple):
     inputs: list[onnx.ValueInfoProto]
     outputs: list[onnx.ValueInfoProto]
     value_info: list[onnx.ValueInfoProto]
-    nodes: dict[int, _LoadedNode]
+    nodes: _LoadedNodes
 
 
 #: the ONNX ops whose shape inference reads no input's data (getInputData): a consumer renamed to an initializer of
