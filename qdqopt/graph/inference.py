@@ -128,9 +128,19 @@ def _infer_shapes(
     ONNX's own wrapper serialises, infers and parses; this does the same, looking at the bytes on the way: the
     graph is only walked for negative dims when its bytes hold a negative varint (its nodes only if it has
     ``subgraphs``), and the result for invented dim names when its bytes hold ``unk__``."""
-    data = model.SerializeToString()
+    return _infer_bytes(_inference_bytes(model, subgraphs), data_prop=data_prop)
+
+
+def _inference_bytes(model: onnx.ModelProto, subgraphs: bool = True) -> bytes:
+    """The bytes of ``model`` for ONNX's inference (:func:`_infer_shapes`: its negative dims made unknown first)."""
+    data: bytes = model.SerializeToString()
     if _NEGATIVE_VARINT.search(data) and _without_negative_dims(model.graph, subgraphs):
         data = model.SerializeToString()  # (a match in a weight's bytes changes nothing: no need)
+    return data
+
+
+def _infer_bytes(data: bytes, *, data_prop: bool = False) -> tuple[onnx.ModelProto, bool]:
+    """:func:`_infer_shapes` of a model's bytes (:func:`_inference_bytes`)."""
     inferred = _onnx_inference.infer_shapes(data, False, False, data_prop)
     out = onnx.ModelProto()
     out.ParseFromString(inferred)
@@ -180,8 +190,6 @@ def infer_model_types(proto: onnx.ModelProto, *, subgraphs: bool = True) -> dict
     without the weights' data (:mod:`qdqopt.graph.model` makes one, ``_inference_model``). ``subgraphs``: False
     when the model has none (nothing to look for in its nodes' attributes).
     """
-    # the names the model gives dims: only those ONNX could have invented too matter (see _clear_invented_dims)
-    declared = _dim_params(proto.graph) if b"unk__" in proto.SerializeToString() else set()
     declared_outputs: dict[str, onnx.TypeProto] = {}
     for output in proto.graph.output[:]:  # a declared output shape must not block inference: the inferred one wins
         if output.type.HasField("tensor_type"):
@@ -192,8 +200,16 @@ def infer_model_types(proto: onnx.ModelProto, *, subgraphs: bool = True) -> dict
                     if dim.HasField("dim_value") and dim.dim_value < 0:  # saved as an unknown dim
                         dim.ClearField("dim_value")
             output.type.tensor_type.ClearField("shape")
+    data = _inference_bytes(proto, subgraphs)
+    # the names the model gives dims: only those ONNX could have invented too matter (see _clear_invented_dims); the
+    # bytes inference gets show whether there is one, but for the outputs' shapes, cleared above and kept aside
+    declared: set[str] = set()
+    if b"unk__" in data or any(b"unk__" in t.SerializeToString() for t in declared_outputs.values()):
+        declared = _dim_params(proto.graph)
+        for kept in declared_outputs.values():
+            declared.update(d.dim_param for d in kept.tensor_type.shape.dim[:] if d.HasField("dim_param"))
     try:
-        inferred, invented = _infer_shapes(proto, subgraphs=subgraphs)
+        inferred, invented = _infer_bytes(data)
     except Exception:
         return {}
     types = _types_of(inferred.graph, declared, invented=invented, subgraphs=subgraphs)
