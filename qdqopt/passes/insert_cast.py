@@ -93,6 +93,8 @@ def _is_isolated_fp16_node_on_cpu(graph: Graph, node: Node) -> bool:
     """``IsIsolatedFp16NodeOnCpu``: a CPU fp16 node whose fp16 neighbours all need casts and that has an fp32 kernel."""
     if not graph.input_edge_count(node) or node.subgraphs or _produces_graph_output(graph, node) or node.ep != CPU:
         return False
+    if not any(_is_fp16(graph, value) for value in node.inputs):
+        return False  # (no fp16 input to bind below: the kernel lookup is not needed)
     schema = node_schema(node)
     if schema is None:
         return False
