@@ -74,12 +74,12 @@ class CommonSubexpressionElimination(GraphTransformer):
         by_short_key: dict[tuple[object, ...], list[_Keyed]] = {}
         discriminator = 1
 
-        def class_of(key: object, rep: _Representative) -> int:
+        def class_of(key: object, value: str, node_index: int, output_index: int) -> int:
             found = class_ids.get(key)
-            if found is None:
+            if found is None:  # a new class: this value represents it
                 found = len(class_ids)
                 class_ids[key] = found
-                representatives[found] = rep
+                representatives[found] = _Representative(value, node_index, output_index)
             return found
 
         for node in order:
@@ -92,7 +92,7 @@ class CommonSubexpressionElimination(GraphTransformer):
                 found = value_class.get(name)
                 if found is None:
                     key = ("value", name)
-                    found = class_of(key, _Representative(name, 0, -1))
+                    found = class_of(key, name, 0, -1)
                     value_class[name] = found
                 inputs.append(found)
             op_key: tuple[object, ...]
@@ -102,7 +102,7 @@ class CommonSubexpressionElimination(GraphTransformer):
                 discriminator += 1
                 op_key = (discriminator,)
             for index, output in enumerate(node.outputs):
-                found = class_of(("op", op_key, index), _Representative(output, node.index, index))
+                found = class_of(("op", op_key, index), output, node.index, index)
                 value_class[output] = found
 
         outputs = set(graph.graph_output_names())
