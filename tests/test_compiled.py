@@ -134,9 +134,10 @@ def compiled_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tree
 
 
-def _run(tree: Path, models: list[str]) -> dict[str, object]:
+def _run(tree: Path, models: list[str], script: str = _WORKER) -> dict[str, object]:
+    """``script`` run from ``tree`` on ``models`` in a child process: what its last line of output says (JSON)."""
     done = subprocess.run(
-        [sys.executable, "-c", _WORKER, json.dumps(models)],
+        [sys.executable, "-c", script, json.dumps(models)],
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT)])},
         cwd=tree,
         capture_output=True,
@@ -200,16 +201,6 @@ def test_a_run_leaves_no_reference_cycles(build: str, request: pytest.FixtureReq
     tree = request.getfixturevalue("compiled_tree") if build == "compiled" else ROOT
     models = sorted(str(p) for p in (ROOT / "qdqopt" / "examples").glob("*.onnx"))
     models += [str(p) for p in corpus_models() if corpus_id(p) == _MOBILENET]
-    done = subprocess.run(
-        [sys.executable, "-c", _CYCLES, json.dumps(models)],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT)])},
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    assert done.returncode == 0, f"qdqopt from {tree} failed:\n{done.stderr[-3000:]}"
-    out = json.loads(done.stdout.splitlines()[-1])
+    out = _run(tree, models, _CYCLES)
     assert out["build"] == ("compiled with mypyc" if build == "compiled" else "pure Python")
     assert out["unreachable"] == dict.fromkeys(models, 0)
