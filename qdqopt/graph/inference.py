@@ -1015,16 +1015,16 @@ def _fill_data_graph(gp: onnx.GraphProto, graph: Graph) -> None:
 
 #: the largest initializer (in elements) whose data shape inference is given: a shape, axes, scales, pads, a k, a
 #: Range's bounds are never bigger; the weights are, and only their type and dims matter to inference
-SHAPE_DATA_MAX = 4096
+_SHAPE_DATA_MAX = 4096
 
 
 def _shape_relevant(tensor: onnx.TensorProto) -> bool:
-    """Whether the inference with data is given the initializer's data (no more than :data:`SHAPE_DATA_MAX`
+    """Whether the inference with data is given the initializer's data (no more than :data:`_SHAPE_DATA_MAX`
     elements)."""
     count = 1
     for dim in tensor.dims[:]:
         count *= dim
-    return count <= SHAPE_DATA_MAX
+    return count <= _SHAPE_DATA_MAX
 
 
 def infer_node_output(

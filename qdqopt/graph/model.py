@@ -44,9 +44,9 @@ from google.protobuf.message import DecodeError, Message
 from onnx import numpy_helper
 
 from qdqopt.errors import ModelError
+from qdqopt.graph import inference
 from qdqopt.graph.core import Graph, Node, node_proto_head, tensor_array
 from qdqopt.graph.inference import (
-    SHAPE_DATA_MAX,
     fill_unknown,
     has_dim,
     infer_model_types,
@@ -294,14 +294,7 @@ def _pass_types_as_loaded(graph: Graph, types: dict[str, onnx.TypeProto]) -> boo
                 return False
     for name in graph.initializer_names():
         tensor = graph.initializer(name)
-        if tensor is None or tensor.data_location == onnx.TensorProto.EXTERNAL:
-            continue  # neither is given an external initializer's data
-        # _data_for_inference and data_given, each field read once
-        count = 1
-        for dim in tensor.dims[:]:
-            count *= dim
-        at_load = tensor.data_type in _INFERENCE_DATA_TYPES or count <= _INFERENCE_DATA_MAX
-        if at_load != (count <= SHAPE_DATA_MAX and graph.is_constant_initializer(name)):
+        if tensor is not None and _data_for_inference(tensor) != inference.data_given(graph, name, tensor):
             return False
     return True
 
