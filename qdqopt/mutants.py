@@ -410,14 +410,16 @@ def _argv(command: str, model: Path, out: Path, level: str) -> list[str]:
     return ["explain", str(model), "--level", level if level in ("extended", "layout", "all") else "extended"]
 
 
-def _run_forked(argv: list[str], timeout: float, folder: Path) -> tuple[int | None, str, bool]:
-    """``qdqopt ARGV`` in a forked child (stdout, stderr to files); (exit status or -signal, stderr, timed out)."""
+def _run_forked(argv: list[str], timeout: float, folder: Path, scratch: str) -> tuple[int | None, str, bool]:
+    """``qdqopt ARGV`` in a forked child (stdout, stderr to files; its temporary files in ``scratch``, which the
+    caller removes: a child killed or crashed leaves them); (exit status or -signal, stderr, timed out)."""
     out_path, err_path = folder / "stdout.txt", folder / "stderr.txt"
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # the child: the CLI as a process of its own
         status = 3
+        tempfile.tempdir = scratch
         try:
             import faulthandler
 
@@ -463,9 +465,11 @@ def _run_forked(argv: list[str], timeout: float, folder: Path) -> tuple[int | No
     return code, err, hung
 
 
-def _run_exec(argv: list[str], timeout: float) -> tuple[int | None, str, bool]:
+def _run_exec(argv: list[str], timeout: float, scratch: str) -> tuple[int | None, str, bool]:
+    """:func:`_run_forked` with ``qdqopt ARGV`` run as a new interpreter."""
     root = str(Path(__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    env["TMPDIR"] = scratch
     try:
         proc = subprocess.run(
             [
@@ -510,7 +514,10 @@ def judge(returncode: int | None, stderr: str, hung: bool) -> tuple[str, str]:
 
 def run_cli(mutant: Mutant, command: str, level: str, *, timeout: float = 120.0, exec_cli: bool = False) -> Outcome:
     """Write the mutant into a fresh folder, run ``qdqopt COMMAND`` on it and judge the run."""
-    with tempfile.TemporaryDirectory(prefix="qdqopt-mutant-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="qdqopt-mutant-") as tmp,
+        tempfile.TemporaryDirectory(prefix="qdqopt-mutant-scratch-") as scratch,
+    ):
         root = Path(tmp)
         folder = root / "in"
         sub = folder / "sub"  # so that "sub/../x" resolves inside the folder's parent
@@ -526,9 +533,9 @@ def run_cli(mutant: Mutant, command: str, level: str, *, timeout: float = 120.0,
         argv = _argv(command, model, out, level)
         start = time.monotonic()
         if exec_cli:
-            code, err, hung = _run_exec(argv, timeout)
+            code, err, hung = _run_exec(argv, timeout, scratch)
         else:
-            code, err, hung = _run_forked(argv, timeout, root)
+            code, err, hung = _run_forked(argv, timeout, root, scratch)
         seconds = time.monotonic() - start
         verdict, note = judge(code, err, hung)
         if verdict == "ok" and command == "optimize":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import stat
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +75,18 @@ def test_negative_dim_keeps_the_result_of_a_valid_dim() -> None:
     """The guard changes nothing for a valid model (same bytes out as before the guard existed: ORT's)."""
     outcome = run_cli(_mutant(_slice_model(3)), "diff", "all")
     assert outcome.ok and outcome.returncode == 0, outcome.stderr[-400:]
+
+
+def test_a_killed_run_leaves_no_temporary_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run killed at its timeout (here in the ORT check, made to hang) leaves no temporary files behind: the child
+    keeps them in a folder ``run_cli`` removes (a killed child never cleans up after itself)."""
+    import qdqopt.reference as reference
+
+    monkeypatch.setattr(reference, "_CHILD_CHECK", "import time\ntime.sleep(60)\n")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    outcome = run_cli(_mutant(_slice_model(3)), "optimize", "basic", timeout=3.0)
+    assert outcome.verdict == "hang", (outcome.verdict, outcome.stderr[-300:])
+    assert not list(tmp_path.iterdir())
 
 
 def _non_utf8_name_model() -> bytes:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +67,8 @@ class Worker:
         #: the (level, config) the child last announced
         self.pair: list[str] | None = None
         self.proc: subprocess.Popen[str] | None = None
+        #: the child's temporary files (a child killed on a hang, or crashed, leaves them): removed by close()
+        self.scratch = tempfile.TemporaryDirectory(prefix="qdqopt-fuzz-")
 
     def _start(self) -> subprocess.Popen[str]:
         if self.proc is None or self.proc.poll() is not None:
@@ -75,7 +78,7 @@ class Worker:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 text=True,
-                env=_env(),
+                env={**_env(), "TMPDIR": self.scratch.name},
             )
         return self.proc
 
@@ -110,6 +113,10 @@ class Worker:
         return None, stage, code if code != -9 else None
 
     def close(self) -> None:
+        self._stop()
+        self.scratch.cleanup()
+
+    def _stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             assert self.proc.stdin is not None and self.proc.stdout is not None
             self.proc.stdin.close()
