@@ -346,10 +346,14 @@ def _types_of(
     return types
 
 
+#: the ONNX ops that make a shape value (every value ORT's shape-value propagation keeps starts at one of them)
+SHAPE_VALUE_SOURCES = ("Shape", "Size")
+
+
 def _reads_shape_values(gp: onnx.GraphProto) -> bool:
-    """Whether a node of ``gp`` makes a shape value (Shape, Size): without one, :func:`_ort_shape_values` keeps none
-    (every value it keeps starts at one) and there is nothing to propagate."""
-    return any(node.op_type in ("Shape", "Size") and node.domain in ("", "ai.onnx") for node in gp.node)
+    """Whether a node of ``gp`` makes a shape value (:data:`SHAPE_VALUE_SOURCES`): without one,
+    :func:`_ort_shape_values` keeps none and there is nothing to propagate."""
+    return any(node.op_type in SHAPE_VALUE_SOURCES and node.domain in ("", "ai.onnx") for node in gp.node)
 
 
 #: ops whose outputs carry shape values: those with an ONNX propagation function (``Slice`` included, which keeps

@@ -286,7 +286,7 @@ def _pass_types_as_loaded(graph: Graph, types: dict[str, onnx.TypeProto]) -> boo
     the small constant initializers only: so only when no node makes a shape value (Shape, Size), every
     initializer's data is given to both inferences or to neither, and every node output has a load-time type (the
     loader's inference gave up on none; the Resolve's keeps what the schemas tell)."""
-    if graph.has_node_of("Shape") or graph.has_node_of("Size"):  # (inference._reads_shape_values, on the graph)
+    if any(graph.has_node_of(op) for op in inference.SHAPE_VALUE_SOURCES):  # (_reads_shape_values, on the graph)
         return False
     for node in graph.nodes():
         for value in node.outputs:
@@ -294,6 +294,7 @@ def _pass_types_as_loaded(graph: Graph, types: dict[str, onnx.TypeProto]) -> boo
                 return False
     for name in graph.initializer_names():
         tensor = graph.initializer(name)
+        # (inference.data_given through its module: the one definition, which a mutation test replaces)
         if tensor is not None and _data_for_inference(tensor) != inference.data_given(graph, name, tensor):
             return False
     return True
