@@ -268,12 +268,7 @@ class EventLog:
 
     def say(self, kind: Kind, nodes: Sequence[str] = (), data: object = None, **fields: object) -> Event:
         """:meth:`add` an event that says what ``kind`` says (:func:`text`), ``fields`` filled in."""
-        # (add and text, inlined: a run records hundreds of events, many from Resolve)
-        event = _event(
-            kind, TEXTS[kind].format(**fields), self.pass_name, self.level, self.step, tuple(nodes), self.plugin, data
-        )
-        self.events.append(event)
-        return event
+        return self.add(kind, TEXTS[kind].format(**fields), nodes, data)  # (text, inlined: a run says hundreds)
 
     def insert_before_resolve(self, since: int, kind: Kind, text: str, nodes: Sequence[str] = ()) -> Event:
         """Record an event before the trailing run of Resolve events recorded since index ``since``.
