@@ -24,14 +24,13 @@ order.
 from __future__ import annotations
 
 import collections
-import gc
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from qdqopt import events
 from qdqopt.config import SessionConfig
-from qdqopt.graph import Changes, Graph, Model
+from qdqopt.graph import Changes, CollectionPaused, Graph, Model
 from qdqopt.levels import Level
 from qdqopt.partition import check_kernels, partition
 from qdqopt.passes import GraphTransformer, PassContext, RuleBasedTransformer
@@ -162,18 +161,11 @@ def run_pipeline(
     }
     run = _Run(model.graph, ctx, result, by_stage, missing, on_pass, on_entry, stop_before)
     result.context = ctx
-    collecting = gc.isenabled()
-    # no cyclic garbage collection while the passes run: they make no cycles to collect, and each collection walked
-    # every object of the loaded model (the passes' temporaries trigger one every few hundred allocations)
-    gc.disable()
     try:
-        with events.recording(result.events):
+        with CollectionPaused(), events.recording(result.events):
             _run_stages(model.graph, ctx, cfg, by_stage, run.apply, run.apply_level, run.apply_insert_cast)
     except StopRun:
         result.stopped = True
-    finally:
-        if collecting:
-            gc.enable()
     return result
 
 

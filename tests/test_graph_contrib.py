@@ -404,3 +404,51 @@ def test_qlinear_conv_after_contrib_q_goes_nhwc(level: str) -> None:
     )
     comparison = compare_level(path, level)
     assert comparison.report.holds("P"), "\n".join(comparison.lines())
+
+
+def _infer_with(model: onnx.ModelProto, known: dict[str, Any] | None) -> list[str]:
+    from qdqopt.graph.contrib._base import KnownAttributes
+
+    if known is None:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    else:
+        with KnownAttributes(known):
+            inferred = onnx.shape_inference.infer_shapes(model)
+    return [f"{vi.name}: {_text(vi.type)}" for vi in (*inferred.graph.value_info, *inferred.graph.output)]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_known_attributes_infer_as_the_context_does(case: str) -> None:
+    """The save's inference hands the contrib inference functions the nodes' attributes (KnownAttributes, by node
+    name) instead of their asking ONNX's context for each: the types are the same."""
+    model = onnx.ModelProto()
+    model.CopyFrom(CASES[case])
+    node = model.graph.node[0]
+    node.name = "the node"
+    known = {node.name: (node.op_type, node.domain, {a.name: a for a in node.attribute})}
+    assert _infer_with(model, known) == _infer_with(model, None)
+
+
+def test_known_attributes_are_read_only_for_the_node_they_name() -> None:
+    """A node is known by its display name (name, op and domain): its attributes come from the map, not from the
+    context; a node of another op or domain under that name, or of another name, asks the context."""
+    inputs: Inputs = [("x", TP.UINT8, [1, 8, 8, 3])]
+    inits = {
+        "xs": _f32(1.0), "xz": _u8(0), "w": np.zeros([4, 3, 3, 3], np.int8), "ws": _f32(1.0),
+        "wz": np.int8(0), "ys": _f32(1.0), "yz": _u8(0),
+    }  # fmt: skip
+    node = _ms("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], channels_last=1, name="conv")
+    model = _model(node, inputs, inits)
+    strided = {
+        "channels_last": helper.make_attribute("channels_last", 1),
+        "strides": helper.make_attribute("strides", [2, 2]),
+    }
+    as_given = _infer_with(model, None)
+    assert as_given[0] == "y: UINT8[1,6,6,4]", as_given
+    assert _infer_with(model, {"conv": ("QLinearConv", MS, strided)})[0] == "y: UINT8[1,3,3,4]"
+    for other in (
+        {"conv": ("QLinearAdd", MS, strided)},
+        {"conv": ("QLinearConv", "com.other", strided)},
+        {"conv2": ("QLinearConv", MS, strided)},
+    ):
+        assert _infer_with(model, other) == as_given, other

@@ -569,3 +569,46 @@ def test_tensor_type_proto_is_the_onnx_helpers(elem: int, shape: list[int | str 
     assert vi.SerializeToString() == expected.SerializeToString()
     with pytest.raises(ValueError):
         tensor_type_proto(elem, [1.5])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_load_run_and_save_pause_the_cyclic_collector_and_restore_it(
+    collecting: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Loading, the passes and saving run with the cyclic garbage collector off (they make no cycles to collect),
+    and leave it as they found it, also when they fail."""
+    import gc
+
+    from qdqopt.graph.model import write_model
+
+    seen: dict[str, bool] = {}
+
+    def spy(name: str, inner: object) -> object:
+        def call(*args: object, **kwargs: object) -> object:
+            seen[name] = gc.isenabled()
+            return inner(*args, **kwargs)  # type: ignore[operator]
+
+        return call
+
+    monkeypatch.setattr(model_module, "_read_parts", spy("load", model_module._read_parts))
+    monkeypatch.setattr(model_module, "_save_parts", spy("save", model_module._save_parts))
+    was = gc.isenabled()
+    try:
+        gc.enable() if collecting else gc.disable()
+        model = load_model(example_model())
+        assert gc.isenabled() == collecting
+        passes: list[bool] = []
+        result = run_pipeline(model, parse_level("all"), on_pass=lambda *_: passes.append(gc.isenabled()))
+        assert gc.isenabled() == collecting
+        assert passes and not any(passes)
+        assert not result.stopped
+        save_model(model)
+        assert gc.isenabled() == collecting
+        write_model(model, tmp_path / "out.onnx")
+        assert gc.isenabled() == collecting
+        assert seen == {"load": False, "save": False}
+        with pytest.raises(ModelError):
+            load_model(tmp_path / "missing.onnx")
+        assert gc.isenabled() == collecting
+    finally:
+        gc.enable() if was else gc.disable()

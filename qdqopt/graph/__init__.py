@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from qdqopt.graph import contrib
-from qdqopt.graph.core import Changes, Edge, Graph, Node, ShapeDims, View, dim_values, dims_equal
+from qdqopt.graph.core import Changes, CollectionPaused, Edge, Graph, Node, ShapeDims, View, dim_values, dims_equal
 from qdqopt.graph.model import Model, load_model, save_model
 
 __all__ = [
     "Changes",
+    "CollectionPaused",
     "Edge",
     "Graph",
     "Model",

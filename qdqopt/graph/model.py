@@ -45,7 +45,8 @@ from onnx import numpy_helper
 
 from qdqopt.errors import ModelError
 from qdqopt.graph import inference
-from qdqopt.graph.core import Graph, Node, node_proto_head, tensor_array
+from qdqopt.graph.contrib._base import KnownAttributes, NodeAttributes
+from qdqopt.graph.core import CollectionPaused, Graph, Node, node_proto_head, tensor_array
 from qdqopt.graph.inference import (
     fill_unknown,
     has_dim,
@@ -220,6 +221,11 @@ def load_model(source: ModelSource, *, inline_local_functions: bool = True) -> M
     each weight is held once, from load to save. A ModelProto given as ``source`` is shared the same way, so it must
     not be edited while the model is in use.
     """
+    with CollectionPaused():
+        return _load_model(source, inline_local_functions)
+
+
+def _load_model(source: ModelSource, inline_local_functions: bool) -> Model:
     header, gp, initializers, base, nested = _read_parts(source)
     _check_inputs_defined(gp, frozenset(), initializers, nested=nested)
     _check_declared_types(gp, nested)
@@ -1073,8 +1079,9 @@ def _has_subgraphs(graph: Graph) -> bool:
 def save_model(model: Model) -> onnx.ModelProto:
     """The ModelProto ORT would write for this model's current state (its weights copied into it: see
     :func:`write_model` for a file written without that copy)."""
-    out, initializers = _save_parts(model)
-    out.graph.initializer.extend(initializers)
+    with CollectionPaused():
+        out, initializers = _save_parts(model)
+        out.graph.initializer.extend(initializers)
     return out
 
 
@@ -1089,6 +1096,12 @@ def write_model(model: Model, target: str | os.PathLike[str] | BinaryIO) -> int:
     if isinstance(target, (str, os.PathLike)):
         with open(target, "wb") as handle:
             return write_model(model, handle)
+    with CollectionPaused():
+        return _write_model(model, target)
+
+
+def _write_model(model: Model, target: BinaryIO) -> int:
+    """:func:`write_model` into a binary file object."""
     out, initializers = _save_parts(model)
     graph_head, graph_tail = _split_serialized(out.graph, "initializer")
     out.ClearField("graph")
@@ -1186,11 +1199,11 @@ def _save_parts(model: Model) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
     known_types.update(pinned)
     # ORT's Resolve re-infers every type after the rewrites: infer on the rewritten graph (with its weights' dims,
     # not their data), then save it with those types
-    fresh = _infer_types(
-        _current_inference_model(out, model.graph, known_types, set(pinned)),
-        owned=True,
-        subgraphs=_has_subgraphs(model.graph),
-    )
+    subgraphs = _has_subgraphs(model.graph)
+    with KnownAttributes({} if subgraphs else _contrib_attributes(model.graph)):
+        fresh = _infer_types(
+            _current_inference_model(out, model.graph, known_types, set(pinned)), owned=True, subgraphs=subgraphs
+        )
     types = dict(fresh)
     exact: set[str] = set(pinned)
     g = model.graph
@@ -1209,6 +1222,28 @@ def _save_parts(model: Model) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
             types[name] = fill_unknown(known, inferred)
     _fill_graph(out.graph, model.graph, types, regenerate=True, exact=exact, initializers=False)
     return out, _saved_initializers(model.graph, regenerate=True)
+
+
+def _contrib_attributes(graph: Graph) -> dict[str, NodeAttributes]:
+    """The attributes of ``graph``'s nodes outside the ONNX domain, by node name, for :class:`KnownAttributes` (the
+    contrib ops' inference functions read them there): the nodes whose name is not empty and unique in the graph."""
+    found: dict[str, NodeAttributes] = {}
+    repeated: set[str] = set()
+    for node in graph.nodes():
+        name = node.name
+        if name in found:
+            repeated.add(name)
+        elif node.domain and node.domain != "ai.onnx" and name:
+            found[name] = (node.op_type, node.domain, node.attributes)
+        else:
+            found[name] = _NOT_KNOWN
+    for name in repeated:
+        del found[name]
+    return {name: entry for name, entry in found.items() if entry is not _NOT_KNOWN}
+
+
+#: :func:`_contrib_attributes`' mark of a name an ONNX-domain node holds
+_NOT_KNOWN: NodeAttributes = ("", "", {})
 
 
 def _current_inference_model(
