@@ -376,8 +376,8 @@ def _qdq_pair_reason(graph: Graph, q: Node, dq: Node) -> str | None:
     qz, dqz = constant_array(graph, names[1]), constant_array(graph, names[3])
     assert qs is not None and dqs is not None and qz is not None and dqz is not None
     if qz.dtype != dqz.dtype or qz.tobytes() != dqz.tobytes():
-        return f"Q and DQ parameters differ (zero point {qz.reshape(-1)[0]} vs {dqz.reshape(-1)[0]})"
-    return f"Q and DQ parameters differ (scale {qs.reshape(-1)[0]} vs {dqs.reshape(-1)[0]})"
+        return f"Q and DQ parameters differ (zero point {qz.reshape(-1)[0]!s} vs {dqz.reshape(-1)[0]!s})"
+    return f"Q and DQ parameters differ (scale {qs.reshape(-1)[0]!s} vs {dqs.reshape(-1)[0]!s})"
 
 
 class DropQDQSelector(NodeGroupSelector):
