@@ -23,9 +23,8 @@ import sys
 import warnings
 from pathlib import Path
 
-LEVELS = ("disable_all", "basic", "extended", "layout", "all")
-CONFIGS: dict[str, dict[str, str]] = {"default": {}, "int8-allowed": {"session.qdqisint8allowed": "1"}}
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+from fidelity import CONFIGS, CORPUS, LEVELS  # (the fidelity table's levels, configs and corpus; no qdqopt import)
+
 #: a hand-built fixture's key starts with this, then its name
 HANDBUILT = "handbuilt:"
 

@@ -21,6 +21,7 @@ from onnx import helper, numpy_helper
 import qdqopt
 from qdqopt.graph import View, contrib, load_model
 from qdqopt.graph.contrib import nchwc
+from qdqopt.graph.contrib._base import KnownAttributes, display_name
 from qdqopt.reference import run_reference
 from qdqopt.target import Target
 from tests.conftest import CORPUS
@@ -407,8 +408,6 @@ def test_qlinear_conv_after_contrib_q_goes_nhwc(level: str) -> None:
 
 
 def _infer_with(model: onnx.ModelProto, known: dict[str, Any] | None) -> list[str]:
-    from qdqopt.graph.contrib._base import KnownAttributes
-
     if known is None:
         inferred = onnx.shape_inference.infer_shapes(model)
     else:
@@ -425,13 +424,13 @@ def test_known_attributes_infer_as_the_context_does(case: str) -> None:
     model.CopyFrom(CASES[case])
     node = model.graph.node[0]
     node.name = "the node"
-    known = {node.name: (node.op_type, node.domain, {a.name: a for a in node.attribute})}
+    known = {display_name(node.op_type, node.domain, node.name): {a.name: a for a in node.attribute}}
     assert _infer_with(model, known) == _infer_with(model, None)
 
 
 def test_known_attributes_are_read_only_for_the_node_they_name() -> None:
     """A node is known by its display name (name, op and domain): its attributes come from the map, not from the
-    context; a node of another op or domain under that name, or of another name, asks the context."""
+    context; an entry for another op or domain under that name, or for another name, is not read."""
     inputs: Inputs = [("x", TP.UINT8, [1, 8, 8, 3])]
     inits = {
         "xs": _f32(1.0), "xz": _u8(0), "w": np.zeros([4, 3, 3, 3], np.int8), "ws": _f32(1.0),
@@ -445,10 +444,10 @@ def test_known_attributes_are_read_only_for_the_node_they_name() -> None:
     }
     as_given = _infer_with(model, None)
     assert as_given[0] == "y: UINT8[1,6,6,4]", as_given
-    assert _infer_with(model, {"conv": ("QLinearConv", MS, strided)})[0] == "y: UINT8[1,3,3,4]"
+    assert _infer_with(model, {display_name("QLinearConv", MS, "conv"): strided})[0] == "y: UINT8[1,3,3,4]"
     for other in (
-        {"conv": ("QLinearAdd", MS, strided)},
-        {"conv": ("QLinearConv", "com.other", strided)},
-        {"conv2": ("QLinearConv", MS, strided)},
+        display_name("QLinearAdd", MS, "conv"),
+        display_name("QLinearConv", "com.other", "conv"),
+        display_name("QLinearConv", MS, "conv2"),
     ):
-        assert _infer_with(model, other) == as_given, other
+        assert _infer_with(model, {other: strided}) == as_given, other

@@ -31,7 +31,7 @@ import copy
 import functools
 import os
 import tempfile
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, TypeVar
@@ -45,7 +45,7 @@ from onnx import numpy_helper
 
 from qdqopt.errors import ModelError
 from qdqopt.graph import inference
-from qdqopt.graph.contrib._base import KnownAttributes, NodeAttributes
+from qdqopt.graph.contrib._base import KnownAttributes, display_name
 from qdqopt.graph.core import CollectionPaused, Graph, Node, node_proto_head, tensor_array
 from qdqopt.graph.inference import (
     fill_unknown,
@@ -1224,26 +1224,21 @@ def _save_parts(model: Model) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
     return out, _saved_initializers(model.graph, regenerate=True)
 
 
-def _contrib_attributes(graph: Graph) -> dict[str, NodeAttributes]:
-    """The attributes of ``graph``'s nodes outside the ONNX domain, by node name, for :class:`KnownAttributes` (the
-    contrib ops' inference functions read them there): the nodes whose name is not empty and unique in the graph."""
-    found: dict[str, NodeAttributes] = {}
-    repeated: set[str] = set()
+def _contrib_attributes(graph: Graph) -> dict[str, Mapping[str, onnx.AttributeProto]]:
+    """The attributes of ``graph``'s named nodes outside the ONNX domain, by display name, for
+    :class:`KnownAttributes` (the contrib ops' inference functions read them there); a display name two nodes share
+    is left out."""
+    found: dict[str, Mapping[str, onnx.AttributeProto]] = {}
+    shared: set[str] = set()
     for node in graph.nodes():
-        name = node.name
-        if name in found:
-            repeated.add(name)
-        elif node.domain and node.domain != "ai.onnx" and name:
-            found[name] = (node.op_type, node.domain, node.attributes)
-        else:
-            found[name] = _NOT_KNOWN
-    for name in repeated:
-        del found[name]
-    return {name: entry for name, entry in found.items() if entry is not _NOT_KNOWN}
-
-
-#: :func:`_contrib_attributes`' mark of a name an ONNX-domain node holds
-_NOT_KNOWN: NodeAttributes = ("", "", {})
+        if node.name and normalize_domain(node.domain):
+            key = display_name(node.op_type, node.domain, node.name)
+            if key in found:
+                shared.add(key)
+            found[key] = node.attributes
+    for key in shared:
+        del found[key]
+    return found
 
 
 def _current_inference_model(

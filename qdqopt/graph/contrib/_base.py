@@ -40,6 +40,7 @@ __all__ = [
     "broadcast",
     "conv_pool_shape",
     "dim_value",
+    "display_name",
     "gemm_shape",
     "global_pool_shape",
     "matmul_shape",
@@ -65,22 +66,19 @@ def unknown_dim() -> Dim:
     return Dim()
 
 
-#: a node's op type, domain and attributes (the protos of its NodeProto), as :class:`KnownAttributes` holds them
-NodeAttributes = tuple[str, str, Mapping[str, onnx.AttributeProto]]
-
 _known = threading.local()
 
 
 class KnownAttributes:
-    """``with KnownAttributes(nodes):`` the inference functions read the attributes of the nodes ``nodes`` names
-    (by node name: the names of the graph inferred, each unique) from there, not from the ``InferenceContext``, where
-    each attribute asked crosses from C++ as a new proto (about 3 µs; a QLinearConv asks five or six). A node is
-    recognised by its display name (``node <op>[<domain>] (<name>)``), which must match its entry's op and domain;
-    any other node's attributes are asked of the context as before. Per thread, restored on exit."""
+    """``with KnownAttributes(nodes):`` the inference functions read the attributes of the nodes ``nodes`` holds
+    (the protos of each NodeProto, by the node's display name: :func:`display_name`) from there, not from the
+    ``InferenceContext``, where each attribute asked crosses from C++ as a new proto (about 3 µs; a QLinearConv asks
+    five or six). A node whose display name ``nodes`` lacks asks the context as before, so ``nodes`` must hold only
+    display names one node has. Per thread, restored on exit."""
 
-    def __init__(self, nodes: Mapping[str, NodeAttributes]) -> None:
+    def __init__(self, nodes: Mapping[str, Mapping[str, onnx.AttributeProto]]) -> None:
         self.nodes = nodes
-        self.previous: Mapping[str, NodeAttributes] | None = None
+        self.previous: Mapping[str, Mapping[str, onnx.AttributeProto]] | None = None
 
     def __enter__(self) -> None:
         self.previous = getattr(_known, "nodes", None)
@@ -91,31 +89,15 @@ class KnownAttributes:
 
 
 def display_name(op_type: str, domain: str, name: str) -> str:
-    """ONNX's ``InferenceContext::getDisplayName`` for a node with a name."""
+    """ONNX's ``InferenceContext::getDisplayName`` for a node with a name: ``node <op>[<domain>] (<name>)``, without
+    the brackets for the empty domain."""
     return f"node {op_type}[{domain}] ({name})" if domain else f"node {op_type} ({name})"
 
 
-def _known_attributes(
-    op_type: str, ctx: onnx.shape_inference.InferenceContext
-) -> Mapping[str, onnx.AttributeProto] | None:
+def _known_attributes(ctx: onnx.shape_inference.InferenceContext) -> Mapping[str, onnx.AttributeProto] | None:
     """The attributes :class:`KnownAttributes` holds for the node ``ctx`` infers, or None."""
-    nodes: Mapping[str, NodeAttributes] | None = getattr(_known, "nodes", None)
-    if not nodes:
-        return None
-    display = str(ctx.get_display_name())
-    head = "node " + op_type
-    if not display.startswith(head) or not display.endswith(")"):
-        return None
-    rest = display[len(head) :]
-    if rest.startswith("["):
-        rest = rest[rest.find("]") + 1 :]
-    if not rest.startswith(" ("):
-        return None
-    name = rest[2:-1]
-    entry = nodes.get(name)
-    if entry is None or entry[0] != op_type or display_name(entry[0], entry[1], name) != display:
-        return None
-    return entry[2]
+    nodes: Mapping[str, Mapping[str, onnx.AttributeProto]] | None = getattr(_known, "nodes", None)
+    return nodes.get(str(ctx.get_display_name())) if nodes else None
 
 
 @dataclass
@@ -144,8 +126,8 @@ class Node:
         # an inference function runs): input types by index, attributes by name, unless ``attributes`` gives the
         # node's attributes, all of them (:class:`KnownAttributes`: never edited here)
         self._input_types: dict[int, onnx.TypeProto | None] = {}
-        self._attributes: Mapping[str, onnx.AttributeProto | None] = {} if attributes is None else attributes
-        self._all_attributes = attributes is not None
+        self._attributes: dict[str, onnx.AttributeProto | None] = {}
+        self._given = attributes
         self.num_inputs = int(ctx.get_num_inputs())
         self.num_outputs = int(ctx.get_num_outputs())
 
@@ -188,14 +170,12 @@ class Node:
 
     # ----------------------------------------------------------------------------------------- attributes
     def attr(self, name: str) -> onnx.AttributeProto | None:
-        attributes = self._attributes
-        if name in attributes:
-            return attributes[name]
-        if self._all_attributes:
-            return None
+        if self._given is not None:
+            return self._given.get(name)
+        if name in self._attributes:
+            return self._attributes[name]
         found: onnx.AttributeProto | None = self.ctx.get_attribute(name)
-        assert isinstance(attributes, dict)
-        attributes[name] = found
+        self._attributes[name] = found
         return found
 
     def attr_int(self, name: str, default: int) -> int:
@@ -551,7 +531,7 @@ class _Rule:
 
 
 def _run(spec: OpSpec, rule: _Rule, ctx: onnx.shape_inference.InferenceContext) -> None:
-    node = Node(ctx, _known_attributes(spec.name, ctx))
+    node = Node(ctx, _known_attributes(ctx))
     spec.infer(node)
     bound: dict[str, int | None] = {}
     for index in range(node.num_outputs):
