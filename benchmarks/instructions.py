@@ -5,10 +5,10 @@ Usage: ``python benchmarks/instructions.py [MODEL.onnx] [--level all] [--out DIR
 MobileNetV3 at ALL). It runs this script again under ``valgrind --tool=callgrind``; there, after two warm-up runs,
 a third run zeroes callgrind's counters before the load and dumps them after the load, the passes and the save
 (callgrind's client requests, through a small C shim built with the system's C compiler into ``--out``). It prints
-each step's instructions in the main thread (the calling function's inclusive count: ORT's or OpenBLAS's threads,
-spinning on the other core, are left out). Needs valgrind, its headers (``valgrind/callgrind.h``) and a C compiler.
-Run it with ``PYTHONPATH=<checkout>`` to measure a checkout's compiled build; the files stay in ``--out`` for
-``callgrind_annotate --inclusive=yes``.
+each step's instructions in the main thread (callgrind's file of thread 1: ORT's or OpenBLAS's threads, spinning on
+the other core, are left out), for the pure-Python build as for the compiled one. Needs valgrind, its headers
+(``valgrind/callgrind.h``) and a C compiler. Run it with ``PYTHONPATH=<checkout>`` to measure a checkout's compiled
+build; the files stay in ``--out`` for ``callgrind_annotate --inclusive=yes``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -25,8 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MOBILENETV3 = ROOT.parent / "shared/corpus/ort_testdata/csharp/tools/MauiModelTester/Resources/Raw/test_data/model.onnx"
-#: each step, and the function whose inclusive count is the step's (compiled or not, its name ends so)
-STEPS = {"load": "load_model", "passes": "run_pipeline", "save": "write_atomic"}
+#: the steps, in the order the measured run dumps them
+STEPS = ("load", "passes", "save")
 _SHIM = """#include <valgrind/callgrind.h>
 void qdqopt_zero(void) { CALLGRIND_ZERO_STATS; }
 void qdqopt_dump(const char *what) { CALLGRIND_DUMP_STATS_AT(what); }
@@ -68,17 +67,12 @@ def _measured(model: Path, level: str, library: Path) -> None:
     shutil.rmtree(out.parent)
 
 
-def _inclusive(dump: Path, function: str) -> int | None:
-    """The inclusive count of the function named ``*function`` in a callgrind dump (callgrind_annotate's)."""
-    text = subprocess.run(
-        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(dump)],
-        check=False,
-        capture_output=True,
-        text=True,
-    ).stdout
-    pattern = re.compile(rf"^\s*([\d,]+) .*[:_]{re.escape(function)} ")
-    counts = [int(m.group(1).replace(",", "")) for m in map(pattern.match, text.splitlines()) if m]
-    return max(counts) if counts else None
+def _main_thread(dump: Path) -> int | None:
+    """The instructions a callgrind dump of the main thread counts (its ``summary:`` or ``totals:`` line)."""
+    for line in dump.read_text(errors="replace").splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    return None
 
 
 def main() -> None:
@@ -100,16 +94,23 @@ def main() -> None:
     command = [sys.executable, __file__, str(args.model), "--level", args.level, "--child", str(library)]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     subprocess.run(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={args.out / 'callgrind.out'}", *command],
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--separate-threads=yes",
+            f"--callgrind-out-file={args.out / 'callgrind.out'}",
+            *command,
+        ],
         check=True,
         env=env,
         capture_output=True,
     )
     total = 0
-    for index, (step, function) in enumerate(STEPS.items(), start=1):
-        count = _inclusive(args.out / f"callgrind.out.{index}", function)
+    for index, step in enumerate(STEPS, start=1):
+        dump = args.out / f"callgrind.out.{index}-01"  # (-01: the main thread's file)
+        count = _main_thread(dump) if dump.is_file() else None
         total += count or 0
-        print(f"{step:8} {count / 1e6 if count else float('nan'):9.1f} M   ({args.out / f'callgrind.out.{index}'})")
+        print(f"{step:8} {count / 1e6 if count else float('nan'):9.1f} M   ({dump})")
     print(f"{'total':8} {total / 1e6:9.1f} M")
 
 
