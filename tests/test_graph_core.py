@@ -612,3 +612,56 @@ def test_load_run_and_save_pause_the_cyclic_collector_and_restore_it(
         assert gc.isenabled() == collecting
     finally:
         gc.enable() if was else gc.disable()
+
+
+def _reading(nodes: list[onnx.NodeProto], *, bad_tensor: bool = False) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    w = numpy_helper.from_array(np.ones(2, np.float32), "w")
+    if bad_tensor:
+        w.data_type = 99  # not in the TensorProto enum: the loader's own refusal, met after the inputs' check
+    graph = helper.make_graph(nodes, "g", [x], [y], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("bad_tensor", [False, True], ids=["alone", "with-a-bad-initializer"])
+def test_an_undefined_input_of_the_main_graph_is_reported_first(bad_tensor: bool) -> None:
+    """The loader checks that every input is defined on the graph it built (no node holds a subgraph); an invalid
+    model still names its first undefined input, before anything else the loader finds wrong (here, an initializer
+    of a data type the enum lacks, which the graph's build refuses)."""
+    nodes = [
+        helper.make_node("Add", ["x", "w"], ["t"], name="add"),
+        helper.make_node("Mul", ["t", "nowhere"], ["y"], name="mul"),
+    ]
+    with pytest.raises(ModelError, match=r"node 'mul' \(Mul\): input 'nowhere' is not a graph input"):
+        load_model(_reading(nodes, bad_tensor=bad_tensor))
+    fine = [helper.make_node("Add", ["x", "w"], ["t"]), helper.make_node("Mul", ["t", "w"], ["y"])]
+    if bad_tensor:
+        with pytest.raises(ModelError, match="does not have valid data type"):
+            load_model(_reading(fine, bad_tensor=True))
+    else:
+        assert load_model(_reading(fine)).graph.reads_only_defined_values()
+
+
+def test_reads_only_defined_values_follows_the_graph_as_edited() -> None:
+    """``Graph.reads_only_defined_values``: graph inputs, initializers and node outputs are defined; a node input
+    renamed to a value nothing defines is not."""
+    graph = load_model(_reading([helper.make_node("Add", ["x", "w"], ["y"], name="add")])).graph
+    assert graph.reads_only_defined_values()
+    add = next(iter(graph.nodes()))
+    graph.set_input(add, 1, "nowhere")
+    assert not graph.reads_only_defined_values()
+
+
+def test_split_serialized_puts_unknown_fields_in_the_tail() -> None:
+    """``model._split_serialized`` splits the bytes where the missing field would go: the known fields of lower
+    numbers, then the rest, the unknown fields last (as protobuf writes them), whatever their numbers."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [], [])
+    graph.output.add().name = "y"
+    unknown = bytes([3 << 3, 5])  # field 3 (reserved in GraphProto), varint 5
+    parsed = onnx.GraphProto.FromString(graph.SerializeToString() + unknown)
+    head, tail = model_module._split_serialized(parsed, "initializer")
+    known_head = onnx.GraphProto(node=parsed.node, name=parsed.name).SerializeToString()
+    assert head == known_head
+    assert tail.endswith(unknown) and head + tail == parsed.SerializeToString()
+    assert onnx.GraphProto.FromString(tail).output[0].name == "y"

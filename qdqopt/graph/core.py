@@ -1114,6 +1114,15 @@ class Graph:
         """Every value name this graph knows (ORT's NodeArg map)."""
         return set(self._known_values)
 
+    def reads_only_defined_values(self) -> bool:
+        """Whether every value a node of this graph reads (explicitly or through a subgraph) is a graph input, an
+        initializer (sparse ones included) or a node's output here: ORT's ``BuildConnections`` check, without the
+        enclosing graphs' values (the loader's fast path, on a graph as built; see ``model._check_inputs_defined``)."""
+        producer, inits = self._producer, self._inits
+        inputs = {v.name for v in self.inputs}
+        inputs.update(s.values.name for s in self.sparse_initializers)
+        return all(v in producer or v in inits or v in inputs for v in self._consumers)
+
     def has_value(self, name: str) -> bool:
         """Whether this graph knows a value of that name (``GetNodeArg(name) != nullptr``)."""
         return name in self._known_values

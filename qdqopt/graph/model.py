@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import io
 import os
 import tempfile
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -227,14 +228,25 @@ def load_model(source: ModelSource, *, inline_local_functions: bool = True) -> M
 
 def _load_model(source: ModelSource, inline_local_functions: bool) -> Model:
     header, gp, initializers, base, nested = _read_parts(source)
-    _check_inputs_defined(gp, frozenset(), initializers, nested=nested)
-    _check_declared_types(gp, nested)
+    # ORT's check that every input is defined (before ONNX's inference sees the graph) reads the built graph where
+    # no node holds a subgraph: the file's nodes are then read once; an invalid model still reports its first
+    # undefined input before anything else the loader finds wrong with it
+    if nested:
+        _check_inputs_defined(gp, frozenset(), initializers, nested=nested)
     opset_import = [(normalize_domain(o.domain), int(o.version)) for o in header.opset_import]
     opsets = dict(opset_import)
     # ORT's Model knows every domain of its registry (which is why they appear in the saved opset_import)
     for domain, version in missing_opsets(set(opsets)):
         opsets.setdefault(domain, version)
-    graph = _build_graph(gp, opsets, int(header.ir_version), None, None, initializers=initializers)
+    try:
+        _check_declared_types(gp, nested)
+        graph = _build_graph(gp, opsets, int(header.ir_version), None, None, initializers=initializers)
+    except Exception:
+        if not nested:
+            _check_inputs_defined(gp, frozenset(), initializers)
+        raise
+    if not nested and not graph.reads_only_defined_values():
+        _check_inputs_defined(gp, frozenset(), initializers)  # raises, naming the first undefined input
     model = Model(header=header, graph=graph, opset_import=opset_import, base_dir=base)
     model.value_types = _infer_types(
         _inference_model(header, gp, initializers), owned=True, subgraphs=_has_subgraphs(graph)
@@ -1160,18 +1172,23 @@ def _varint(value: int) -> bytes:
 
 def _split_serialized(message: Message, name: str) -> tuple[bytes, bytes]:
     """The bytes of ``message``, which lacks its field ``name``, split where that field's bytes would go: its known
-    fields with lower numbers, then its known fields with higher numbers and its unknown ones."""
+    fields with lower numbers, then its known fields with higher numbers and its unknown ones.
+
+    The split is found in the serialised bytes themselves (protobuf writes the known fields in field-number order,
+    then the unknown ones): the first field past ``name``'s number, or the first unknown one, starts the tail."""
     field_descriptor = message.DESCRIPTOR.fields_by_name[name]
     number = field_descriptor.number
     assert not (getattr(message, name) if _is_repeated(field_descriptor) else message.HasField(name)), name
-    head = type(message)()
-    for descriptor, value in message.ListFields():
-        if descriptor.number < number:
-            _copy_field(head, descriptor, value)
-    head_bytes, whole = head.SerializeToString(), message.SerializeToString()
-    if not whole.startswith(head_bytes):
-        raise AssertionError(f"{message.DESCRIPTOR.name}: fields not serialised in field-number order")
-    return head_bytes, whole[len(head_bytes) :]
+    known = message.DESCRIPTOR.fields_by_number
+    whole = message.SerializeToString()
+    data = _Window(io.BytesIO(whole), len(whole))
+    pos = 0
+    while pos < data.size:
+        field_number, wire_type, start = data.tag(pos)
+        if field_number > number or field_number not in known:
+            break
+        pos = data.field_end(start, wire_type, data.size)
+    return whole[:pos], whole[pos:]
 
 
 def _save_parts(model: Model) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
