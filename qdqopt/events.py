@@ -270,6 +270,13 @@ class EventLog:
         """:meth:`add` an event that says what ``kind`` says (:func:`text`), ``fields`` filled in."""
         return self.add(kind, TEXTS[kind].format(**fields), nodes, data)  # (text, inlined: a run says hundreds)
 
+    def add_again(self, recorded: Sequence[Event]) -> None:
+        """Record ``recorded`` (events of an earlier pass application) again, in the current scope: what the same
+        pass says once more on the same graph (the manager's replay of a pass that found nothing)."""
+        scope = (self.pass_name, self.level, self.step)
+        for e in recorded:
+            self.events.append(_event(e.kind, e.text, *scope, e.nodes, self.plugin, e.data))
+
     def insert_before_resolve(self, since: int, kind: Kind, text: str, nodes: Sequence[str] = ()) -> Event:
         """Record an event before the trailing run of Resolve events recorded since index ``since``.
 

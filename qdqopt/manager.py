@@ -190,6 +190,9 @@ class _Run:
         self.graph, self.ctx, self.result, self.log = graph, ctx, result, result.events
         self.by_stage, self.missing = by_stage, missing
         self.on_pass, self.on_entry, self.stop_before = on_pass, on_entry, stop_before
+        #: the level's passes whose last application found nothing and changed nothing: the graph's state stamp
+        #: then, and the events the application recorded (see :meth:`apply`)
+        self.quiet: dict[str, tuple[tuple[int, ...], list[events.Event]]] = {}
 
     def record(self, entry: TraceEntry) -> None:
         """One pass application's trace entry, and the callers' hooks told of it."""
@@ -204,19 +207,34 @@ class _Run:
         if spec.name == self.stop_before:
             raise _Stop
         before = op_counts(graph)
+        # A pass that found nothing on a graph finds nothing on it again (ORT's passes read nothing but the graph):
+        # where no application changed the graph since this pass's last one, which found and changed nothing, that
+        # application's events are recorded again instead of running the pass (a level's second step, after a
+        # first whose changes all came before this pass, runs most of its passes on the graph they left).
+        stamp = graph.state_stamp()
+        quiet = self.quiet.pop(spec.name, None)
         with log.scope(pass_name=spec.name, level=log.level, step=log.step, plugin=spec.is_plugin):
             if log.level is not None:  # GraphTransformerManager::ApplyTransformers
                 log.say(events.Kind.APPLY, name=spec.name, step=step + 1)
             mark = len(log.events)
-            graph.take_changes()
             start = time.perf_counter()
-            modified = transformer.apply(graph, self.ctx) if transformer is not None else False
-            seconds = time.perf_counter() - start
-            line = events.text(events.Kind.MODIFIED, name=spec.name, modified=modified)
-            log.insert_before_resolve(mark, events.Kind.MODIFIED, line)
-            changes = graph.take_changes()
-            if modified:
-                _log_changes(log, spec.name, changes)
+            if quiet is not None and quiet[0] == stamp:
+                log.add_again(quiet[1])
+                self.quiet[spec.name] = quiet
+                modified = False
+                seconds = time.perf_counter() - start
+            else:
+                graph.take_changes()
+                modified = transformer.apply(graph, self.ctx) if transformer is not None else False
+                seconds = time.perf_counter() - start
+                line = events.text(events.Kind.MODIFIED, name=spec.name, modified=modified)
+                log.insert_before_resolve(mark, events.Kind.MODIFIED, line)
+                changes = graph.take_changes()
+                if modified:
+                    self.quiet.clear()  # (the stamp is the safeguard; a reported change ends every replay)
+                    _log_changes(log, spec.name, changes)
+                elif transformer is not None and not spec.is_plugin and not changes and graph.state_stamp() == stamp:
+                    self.quiet[spec.name] = (stamp, log.events[mark:])
         entry = TraceEntry(
             spec.name, spec.stage, step, modified, transformer is not None, plugin=spec.is_plugin, seconds=seconds
         )
@@ -267,6 +285,7 @@ class _Run:
 
     def apply_level(self, stage: str) -> bool:
         log = self.log
+        self.quiet = {}  # (replays stay within a level's loop)
         entries = self.by_stage.get(stage, [])
         number = int(stage[1:])  # ORT's TransformerLevel
         ort_count = sum(1 for spec, _, _ in entries if not spec.is_plugin)

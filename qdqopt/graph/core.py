@@ -525,6 +525,8 @@ class Graph:
         self._generated_values: set[str] = set()
         self._generated_nodes: set[str] = set()
         self._counter = 0
+        # edits made through the main graph's edit methods, this graph's and its subgraphs' (see :meth:`state_stamp`)
+        self._edits = 0
         # state
         self.modified = False
         self.original_nodes: list[onnx.NodeProto] = []
@@ -933,6 +935,7 @@ class Graph:
         root = self
         while root.parent is not None:  # (inference.root_of, without the call: every edit asks)
             root = root.parent
+        root._edits += 1
         if root._data_types is None and root._pass_began_at is not None:
             root._infer_data_types()
 
@@ -1587,6 +1590,36 @@ class Graph:
                 sub = node.subgraphs.get(attr.name)
                 if sub is not None and attr.HasField("g"):
                     sub._keep_data_types(attr.g)
+
+    def state_stamp(self) -> tuple[int, ...]:
+        """Changes whenever this graph or a nested one changes as a pass can change it: a node edited, added or
+        removed, a name generated, an initializer or a NodeArg's type added or removed, the graph's inputs, outputs or
+        value_info grown or shrunk, a Resolve run. Two equal stamps of one graph, taken with nothing but pass
+        applications that reported no change between them, mean the graph is the same (the manager's
+        ``_Run.apply`` replays a pass that found nothing on it)."""
+        out = [self._edits]
+        self._stamp_into(out)
+        return tuple(out)
+
+    def _stamp_into(self, out: list[int]) -> None:
+        out += (
+            self._next_index,
+            len(self._nodes),
+            self._counter,
+            len(self._generated_values),
+            len(self._generated_nodes),
+            len(self._inits),
+            len(self._pinned),
+            len(self._kept),
+            len(self._died),
+            len(self._types),
+            self.resolves,
+            len(self.inputs),
+            len(self.outputs),
+            len(self.value_info),
+        )
+        for _, _, sub in self.subgraphs():
+            sub._stamp_into(out)
 
     def _structure_stamp(self) -> tuple[int, ...]:
         """Changes whenever a node is added to or removed from the graph or a nested one."""
@@ -2278,6 +2311,7 @@ _CLONED_FIELDS = {
     "_generated_values",
     "_generated_nodes",
     "_counter",
+    "_edits",
     "modified",
     "original_nodes",
     "_types",

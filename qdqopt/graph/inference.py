@@ -618,6 +618,8 @@ def _shapes(existing: onnx.TypeProto, inferred: onnx.TypeProto) -> tuple[onnx.Te
 
 def shapes_conflict(existing: onnx.TypeProto, inferred: onnx.TypeProto) -> bool:
     """Whether ONNX's ``mergeInShapeInfo`` of the inferred shape into the NodeArg's fails (rank or a value)."""
+    if inferred == existing:  # the usual case, in one comparison (each field read below crosses into protobuf)
+        return False
     if not (existing.HasField("tensor_type") and inferred.HasField("tensor_type")):
         return False
     if not (existing.tensor_type.HasField("shape") and inferred.tensor_type.HasField("shape")):
@@ -697,7 +699,9 @@ def fill_unknown(existing: onnx.TypeProto, inferred: onnx.TypeProto | None) -> o
     (At load the inferred type wins; afterwards a conflicting re-inference keeps the existing type: observed on
     1.32.0, e.g. a graph output whose producer a rewrite replaced by a scalar keeps its declared shape.)
     """
-    if inferred is None or not existing.HasField("tensor_type") or not inferred.HasField("tensor_type"):
+    if inferred is None or inferred == existing:  # (equal: nothing to fill, the usual case)
+        return existing
+    if not existing.HasField("tensor_type") or not inferred.HasField("tensor_type"):
         return existing
     if not inferred.tensor_type.HasField("shape"):
         return existing
