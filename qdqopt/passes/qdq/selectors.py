@@ -17,6 +17,8 @@ false).
 
 from __future__ import annotations
 
+import math
+
 import operator
 from dataclasses import dataclass
 
@@ -576,6 +578,11 @@ class ConvSelector(NodeGroupSelector):
         return NoMatch(bits) if bits else None
 
 
+#: the tolerances of the bias scale check (``|b - x*w| <= atol + rtol*|x*w|``, in float32)
+_BIAS_ATOL = np.float32(1e-6)
+_BIAS_RTOL = np.float32(1e-2)
+
+
 def _conv_bias_reason(graph: Graph, dqs: list[Node]) -> str | None:
     xs_t, ws_t, bs_t = (constant_initializer(graph, _input(d, 1)) for d in dqs)
     if xs_t is None or ws_t is None or bs_t is None or any(t.data_type != TP.FLOAT for t in (xs_t, ws_t, bs_t)):
@@ -587,14 +594,24 @@ def _conv_bias_reason(graph: Graph, dqs: list[Node]) -> str | None:
     wn, bn = ws.size, bs.size
     if not (wn == 1 or bn in (1, wn)):
         return "bias scale check: scale lengths differ"
-    if not (np.isfinite(xs).all() and np.isfinite(ws).all() and np.isfinite(bs).all()):
-        return "bias scale check: non-finite scale"
-    # (wn,) and (bn,) broadcast to (max(wn, bn),): one of them is 1 or they are equal
-    wv = ws.reshape(-1)
-    bv = bs.reshape(-1)
-    xw = np.float32(xs.reshape(-1)[0]) * wv.astype(np.float32)
-    if (np.abs(bv - xw) > np.float32(1e-6) + np.float32(1e-2) * np.abs(xw)).any():
-        return "bias scale is not x_scale * w_scale"
+    if wn == 1 and bn == 1:
+        # per-tensor scales, the usual case: the same float32 arithmetic on numpy's float32 scalars (the ufuncs'
+        # own loops) without the array calls
+        x, w, b = xs.flat[0], ws.flat[0], bs.flat[0]
+        if not (math.isfinite(x) and math.isfinite(w) and math.isfinite(b)):
+            return "bias scale check: non-finite scale"
+        product = x * w
+        if abs(b - product) > _BIAS_ATOL + _BIAS_RTOL * abs(product):
+            return "bias scale is not x_scale * w_scale"
+    else:
+        if not (np.isfinite(xs).all() and np.isfinite(ws).all() and np.isfinite(bs).all()):
+            return "bias scale check: non-finite scale"
+        # (wn,) and (bn,) broadcast to (max(wn, bn),): one of them is 1 or they are equal
+        wv = ws.reshape(-1)
+        bv = bs.reshape(-1)
+        xw = np.float32(xs.reshape(-1)[0]) * wv.astype(np.float32)
+        if (np.abs(bv - xw) > _BIAS_ATOL + _BIAS_RTOL * np.abs(xw)).any():
+            return "bias scale is not x_scale * w_scale"
     zp = _input(dqs[2], 2)
     if zp:
         zt = constant_initializer(graph, zp)
