@@ -243,9 +243,15 @@ def _event(
     ``object.__setattr__`` (a run records hundreds of events): the fields go straight into the instance's dict, as
     that ``__init__`` puts them."""
     event = object.__new__(Event)
-    event.__dict__.update(
-        kind=kind, text=text, pass_name=pass_name, level=level, step=step, nodes=nodes, plugin=plugin, data=data
-    )
+    own = event.__dict__  # (each field stored in turn: cheaper than update()'s keywords)
+    own["kind"] = kind
+    own["text"] = text
+    own["pass_name"] = pass_name
+    own["level"] = level
+    own["step"] = step
+    own["nodes"] = nodes
+    own["plugin"] = plugin
+    own["data"] = data
     return event
 
 
@@ -268,7 +274,11 @@ class EventLog:
 
     def say(self, kind: Kind, nodes: Sequence[str] = (), data: object = None, **fields: object) -> Event:
         """:meth:`add` an event that says what ``kind`` says (:func:`text`), ``fields`` filled in."""
-        return self.add(kind, TEXTS[kind].format(**fields), nodes, data)  # (text, inlined: a run says hundreds)
+        event = _event(  # (add and text, inlined: a run says hundreds)
+            kind, TEXTS[kind].format_map(fields), self.pass_name, self.level, self.step, tuple(nodes), self.plugin, data
+        )
+        self.events.append(event)
+        return event
 
     def add_again(self, recorded: Sequence[Event]) -> None:
         """Record ``recorded`` (events of an earlier pass application) again, in the current scope: what the same
@@ -350,7 +360,13 @@ def say(kind: Kind, nodes: Sequence[str] = (), data: object = None, **fields: ob
     """:func:`emit` an event that says what ``kind`` says (:func:`text`, ``fields`` filled in only when a run is
     recording)."""
     log = _ACTIVE.get()
-    return log.say(kind, nodes, data, **fields) if log is not None else None
+    if log is None:
+        return None
+    event = _event(  # (EventLog.say, inlined)
+        kind, TEXTS[kind].format_map(fields), log.pass_name, log.level, log.step, tuple(nodes), log.plugin, data
+    )
+    log.events.append(event)
+    return event
 
 
 def emit_fused(candidate: str, op: str, node: str, domain: str = "") -> None:
