@@ -665,3 +665,26 @@ def test_split_serialized_puts_unknown_fields_in_the_tail() -> None:
     assert head == known_head
     assert tail.endswith(unknown) and head + tail == parsed.SerializeToString()
     assert onnx.GraphProto.FromString(tail).output[0].name == "y"
+
+
+def test_edges_asked_again_are_the_graphs_current_ones() -> None:
+    """``Graph.output_edges``/``input_edges`` keep the last node's edges until the structure changes: a caller's
+    edit of the list it got changes nothing, and every edit of the graph is seen at the next call."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["t"], name="a"),
+        helper.make_node("Neg", ["t"], ["u"], name="b"),
+        helper.make_node("Add", ["t", "u"], ["y"], name="c"),
+    ]
+    graph = load_model(_reading(nodes)).graph
+    a, b, c = graph.nodes()
+    first = graph.output_edges(a)
+    assert [(e.dst, e.dst_slot) for e in first] == [(b.index, 0), (c.index, 0)]
+    first.clear()
+    assert graph.output_edges(a) == graph.output_edges(a) != []
+    assert [e.src for e in graph.input_edges(c)] == [a.index, b.index]
+    graph.set_input(c, 1, "t")  # c reads a's output twice, b's not at all
+    assert [(e.dst, e.dst_slot) for e in graph.output_edges(a)] == [(b.index, 0), (c.index, 0), (c.index, 1)]
+    assert [e.src for e in graph.input_edges(c)] == [a.index, a.index]
+    assert graph.output_edges(b) == []
+    graph.remove_node(b)
+    assert [(e.dst, e.dst_slot) for e in graph.output_edges(a)] == [(c.index, 0), (c.index, 1)]

@@ -476,6 +476,10 @@ class Graph:
         self._succ: _Adjacency = self._nx._succ
         self._pred: _Adjacency = self._nx._pred
         self._order: list[int] | None = None  # topological order of the current structure (None: to compute)
+        # the last node whose output (input) edges were asked for, and its edges, until the structure changes (a pass
+        # asks a node's edges several times before it edits: CanRemoveNode, then RemoveNode, ...)
+        self._out_edges: tuple[int, list[Edge]] | None = None
+        self._in_edges: tuple[int, list[Edge]] | None = None
         self._position: dict[int, int] | None = None  # node index -> its place in _order (None: to compute)
         # op type -> the indices of the live nodes of that op type (any domain)
         self._by_op: dict[str, set[int]] = {}
@@ -583,6 +587,7 @@ class Graph:
         new._nx = self._nx.copy()
         new._succ, new._pred = new._nx._succ, new._nx._pred
         new._order = None if self._order is None else list(self._order)
+        new._out_edges = new._in_edges = None
         new._position = None
         new._by_op = {k: set(v) for k, v in self._by_op.items()}
         new._unfilled = set(self._unfilled)
@@ -756,7 +761,7 @@ class Graph:
         self._index_op(node)
         self._unfilled.add(node.index)
         self._note("+", node)
-        self._order = None
+        self._order = self._out_edges = self._in_edges = None  # (the structure changed)
         node.since_version = self._since_version(node)
         for value in (*node.inputs, *node.outputs):  # GetOrCreateNodeArg: inputs, then outputs
             self._known(value)
@@ -812,7 +817,7 @@ class Graph:
     def finish_load(self) -> None:
         """Wire every node's input edges (after :meth:`load_node` of every node): :meth:`_rewire_inputs` of each,
         on a graph without edges yet but those of nodes with subgraphs."""
-        self._order = None
+        self._order = self._out_edges = self._in_edges = None  # (the structure changed)
         succ, pred = self._succ, self._pred
         consumed = self._consumed
         for index, node in self._nodes.items():
@@ -856,7 +861,7 @@ class Graph:
         for src in pred[index]:
             del succ[src][index]
         del succ[index], pred[index], self._nx._node[index]
-        self._order = None
+        self._order = self._out_edges = self._in_edges = None  # (the structure changed)
         del self._nodes[index]
         self._sub_nodes.discard(index)
         _count_down(self._live_names, node.name)
@@ -1049,8 +1054,12 @@ class Graph:
         return [self._nodes[i] for i in sorted(self._consumers.get(value, ()))]
 
     def output_edges(self, node: Node) -> list[Edge]:
-        """Output edges in ORT's ``EdgeEndCompare`` order: consumer index, then source slot, then input slot."""
+        """Output edges in ORT's ``EdgeEndCompare`` order: consumer index, then source slot, then input slot (a new
+        list each call)."""
         src = node.index
+        last = self._out_edges
+        if last is not None and last[0] == src:
+            return list(last[1])
         edges: list[Edge] = []
         # (plain loops: a node has one or two edges, for which a comprehension's own frame costs more)
         for dst, keys in self._succ[src].items():
@@ -1058,18 +1067,24 @@ class Graph:
                 edges.append(_new_edge(Edge, (dst, src_slot, dst_slot, src, data["value"])))
         if len(edges) > 1:
             edges.sort()
-        return edges
+        self._out_edges = (src, edges)
+        return list(edges)
 
     def input_edges(self, node: Node) -> list[Edge]:
-        """Input edges (implicit-input edges included) by source node, then source slot, then input slot."""
+        """Input edges (implicit-input edges included) by source node, then source slot, then input slot (a new list
+        each call)."""
         dst = node.index
+        last = self._in_edges
+        if last is not None and last[0] == dst:
+            return list(last[1])
         edges: list[Edge] = []
         for src, keys in self._pred[dst].items():
             for (src_slot, dst_slot), data in keys.items():
                 edges.append(_new_edge(Edge, (dst, src_slot, dst_slot, src, data["value"])))
         if len(edges) > 1:
             edges.sort(key=_INPUT_EDGE_KEY)
-        return edges
+        self._in_edges = (dst, edges)
+        return list(edges)
 
     def output_edge_count(self, node: Node) -> int:
         """``Node::GetOutputEdgesCount``: ``len(output_edges(node))`` without making the edges."""
@@ -2089,7 +2104,7 @@ class Graph:
     def _rewire_inputs(self, node: Node) -> None:
         """Rebuild every input edge of ``node`` from its explicit and implicit inputs."""
         # networkx's adjacency is reached directly: {src: {dst: {key: data}}} and its mirror share the key dicts
-        self._order = None
+        self._order = self._out_edges = self._in_edges = None  # (the structure changed)
         index = node.index
         succ, pred = self._succ, self._pred
         preds = pred[index]
@@ -2108,7 +2123,7 @@ class Graph:
     def _rewire_slot(self, node: Node, slot: int, old: str) -> None:
         """:meth:`_rewire_inputs` after input ``slot`` of ``node`` (which has no implicit inputs) changed from
         ``old``: only that slot's edge and readers change, as the other edges already follow the producers."""
-        self._order = None
+        self._order = self._out_edges = self._in_edges = None  # (the structure changed)
         index = node.index
         succ, preds = self._succ, self._pred[index]
         if old:
@@ -2159,7 +2174,7 @@ class Graph:
         readers = self._consumers.get(value)
         if not readers:
             return
-        self._order = None
+        self._order = self._out_edges = self._in_edges = None  # (the structure changed)
         succ, pred = self._succ, self._pred
         found = self._producer.get(value)
         nodes = self._nodes
@@ -2278,6 +2293,8 @@ _CLONED_FIELDS = {
     "_succ",
     "_pred",
     "_order",
+    "_out_edges",
+    "_in_edges",
     "_position",
     "_by_op",
     "_unfilled",

@@ -18,7 +18,6 @@ false).
 from __future__ import annotations
 
 import math
-
 import operator
 from dataclasses import dataclass
 
