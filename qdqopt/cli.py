@@ -233,6 +233,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
             check = "  ok" if i < len(ort_lines) and ort_lines[i] == entry.ort_line() else "  <> ORT"
         i += 0 if entry.plugin else 1
         took = f"  {entry.seconds * 1e3:.1f} ms" if getattr(args, "times", False) else ""
+        if took and entry.replayed:
+            took += " (replayed: the graph is as its last application left it)"
         print(f"  {entry.ort_line()}{('   ' + delta) if delta else ''}{note}{check}{took}")
     if getattr(args, "times", False):
         total = sum(entry.seconds for entry in result.pipeline.trace)

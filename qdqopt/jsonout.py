@@ -117,6 +117,7 @@ def _entry(entry: TraceEntry, check: str | None) -> Doc:
         "op_delta": dict(entry.op_delta),
         "missing_rules": list(entry.missing_rules),
         "seconds": entry.seconds,
+        "replayed": entry.replayed,
         "ort_check": check,
     }
 

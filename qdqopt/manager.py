@@ -59,6 +59,9 @@ class TraceEntry:
     plugin: bool = False
     #: wall time of the application (the pass and the Resolve after it), in seconds
     seconds: float = 0.0
+    #: the pass did not run: its last application in the level found and changed nothing, and the graph is the same
+    #: since, so that application's events were recorded again (see ``_Run.apply``)
+    replayed: bool = False
 
     def ort_line(self) -> str:
         return f"GraphTransformer {self.name} modified: {int(self.modified)}"
@@ -218,7 +221,8 @@ class _Run:
                 log.say(events.Kind.APPLY, name=spec.name, step=step + 1)
             mark = len(log.events)
             start = time.perf_counter()
-            if quiet is not None and quiet[0] == stamp:
+            replayed = quiet is not None and quiet[0] == stamp
+            if quiet is not None and replayed:
                 log.add_again(quiet[1])
                 self.quiet[spec.name] = quiet
                 modified = False
@@ -233,10 +237,19 @@ class _Run:
                 if modified:
                     self.quiet.clear()  # (the stamp is the safeguard; a reported change ends every replay)
                     _log_changes(log, spec.name, changes)
-                elif transformer is not None and not spec.is_plugin and not changes and graph.state_stamp() == stamp:
+                elif transformer is not None and not spec.is_plugin and not changes:
+                    # (kept with the stamp from before the application: one that changed the graph without saying
+                    # so, a name generated say, moved the stamp, and is not replayed)
                     self.quiet[spec.name] = (stamp, log.events[mark:])
         entry = TraceEntry(
-            spec.name, spec.stage, step, modified, transformer is not None, plugin=spec.is_plugin, seconds=seconds
+            spec.name,
+            spec.stage,
+            step,
+            modified,
+            transformer is not None,
+            plugin=spec.is_plugin,
+            seconds=seconds,
+            replayed=replayed,
         )
         entry.missing_rules = self.missing.get(spec.name, ()) if transformer is not None else ()
         if modified:

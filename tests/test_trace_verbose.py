@@ -27,6 +27,7 @@ from qdqopt.errors import ReferenceError
 from qdqopt.graph import Graph
 from qdqopt.graph.stdhash import StdUnorderedMap
 from qdqopt.passes.base import PassContext, RuleBasedTransformer
+from qdqopt.passes.where_dummy_dq import WhereDummyDq
 from qdqopt.reference import LogRecord, optimizer_lines, parse_log, run_reference, transformer_diagnostics
 from tests.conftest import CORPUS, FULL, corpus_id, corpus_models, fixture_model, ort_accepts, patched
 
@@ -296,3 +297,52 @@ def test_cli_verbose_names_the_first_difference(capsys: pytest.CaptureFixture[st
 def test_cli_verbose_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["trace", str(tmp_path / "nope.onnx"), "--ort", "--verbose"]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+# -------------------------------------------------------------------------------------------------- replays
+def _replay_runs(model: Path, level: str) -> tuple[bytes, list[tuple[object, ...]], list[bool]]:
+    result = run(model, level)
+    log: list[tuple[object, ...]] = [
+        (e.kind, e.text, e.pass_name, e.level, e.step, e.nodes, e.plugin) for e in result.pipeline.events.events
+    ]
+    return result.model.SerializeToString(), log, [e.replayed for e in result.pipeline.trace]
+
+
+@pytest.mark.parametrize("level", ["basic", "extended", "all"])
+@pytest.mark.parametrize("source", ["example", "mobilenetv3"])
+def test_a_replayed_pass_says_and_leaves_what_running_it_would(
+    monkeypatch: pytest.MonkeyPatch, source: str, level: str
+) -> None:
+    """The manager replays a pass whose last application in the level found and changed nothing when the graph is
+    the same since (``_Run.apply``): the saved model and every event (kind, text, scope, nodes) are those of the
+    run where every pass runs each time (every state stamp made unique), and some passes were replayed."""
+    model = example_model()
+    if source != "example":
+        model = CORPUS / "ort_testdata/csharp/tools/MauiModelTester/Resources/Raw/test_data/model.onnx"
+        if not model.is_file():
+            pytest.skip(f"the shared corpus is not beside the checkout ({model})")
+    saved, log, replayed = _replay_runs(model, level)
+    assert any(replayed)
+    stamps = iter(range(1 << 30))
+    monkeypatch.setattr(Graph, "state_stamp", lambda self: (next(stamps),))
+    saved_all, log_all, replayed_all = _replay_runs(model, level)
+    assert not any(replayed_all)
+    assert saved == saved_all
+    assert log == log_all
+
+
+def test_a_pass_is_replayed_only_while_the_graph_is_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass that edits the graph without saying so (here WhereDummyDq generating a name each time) is never
+    replayed: its state stamp moved during its application."""
+    original = WhereDummyDq.apply_impl
+
+    def names_one(self: WhereDummyDq, graph: Graph, ctx: PassContext, graph_level: int) -> bool:
+        graph.generate_value_name("probe")
+        return original(self, graph, ctx, graph_level)
+
+    plain = run(example_model(), "basic").pipeline.trace
+    assert any(e.replayed for e in plain if e.name == "WhereDummyDq")
+    monkeypatch.setattr(WhereDummyDq, "apply_impl", names_one)
+    trace = run(example_model(), "basic").pipeline.trace
+    assert [e.name for e in trace] == [e.name for e in plain]
+    assert not any(e.replayed for e in trace if e.name == "WhereDummyDq")
