@@ -73,6 +73,17 @@ def test_nothing_to_find_on_the_example(capsys: pytest.CaptureFixture[str]) -> N
     out = capsys.readouterr().out
     assert "no application moves the outputs more than 0.05" in out
     assert "05_L2_1_QDQSelectorActionTransformer.onnx" in out
-    # the fused int8 kernels do move the outputs a little: a tolerance of 0 finds the fusion
-    assert main(["bisect", MODEL, "--level", "all", "--numerics", "0"]) == 1
-    assert "first application past the tolerance: 05_L2_1_QDQSelectorActionTransformer" in capsys.readouterr().out
+    # whether the fused int8 kernels move the outputs at all depends on the kernels ORT's MLAS picks for the CPU (on
+    # an AVX-512 VNNI machine they give the float path's outputs exactly): the exit code and the application named
+    # follow what ORT measures, live; nothing before the fusion moves them
+    measured = bisect_numerics(MODEL, "all", 0.0)
+    moved = [s for s in measured.steps if s.crashed or (s.max_abs or 0.0) > 0.0]
+    code = main(["bisect", MODEL, "--level", "all", "--numerics", "0"])
+    out = capsys.readouterr().out
+    if moved:
+        assert code == 1
+        assert f"first application past the tolerance: {moved[0].dump.removesuffix('.onnx')}" in out
+        assert moved[0].dump >= "05_L2_1_QDQSelectorActionTransformer.onnx"
+    else:
+        assert code == 0
+        assert "no application moves the outputs more than 0" in out
