@@ -688,3 +688,41 @@ def test_edges_asked_again_are_the_graphs_current_ones() -> None:
     assert graph.output_edges(b) == []
     graph.remove_node(b)
     assert [(e.dst, e.dst_slot) for e in graph.output_edges(a)] == [(c.index, 0), (c.index, 1)]
+
+
+def test_a_pause_leaves_what_it_allocated_old_and_nothing_frozen() -> None:
+    """Leaving ``CollectionPaused`` moves what the pause allocated (the model) to the oldest generation, so that the
+    next young collection does not walk it, and leaves nothing frozen; objects someone else froze stay frozen, and
+    nothing is moved then. A load followed by a run triggers no collection at all."""
+    import gc
+
+    from qdqopt.graph.core import CollectionPaused
+
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    was = gc.isenabled()
+    gc.enable()
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        with CollectionPaused():
+            kept = [[i] for i in range(20_000)]  # far more than a young generation's threshold
+        assert gc.get_count()[0] < 100 and gc.get_freeze_count() == 0
+        model = load_model(example_model())
+        run_pipeline(model, parse_level("all"))
+        assert collections == [] and gc.get_freeze_count() == 0
+        user = [[0] for _ in range(10)]
+        gc.freeze()
+        frozen = gc.get_freeze_count()
+        with CollectionPaused():
+            kept += [[i] for i in range(20_000)]
+        assert gc.get_freeze_count() == frozen  # someone else's frozen objects: left as they are
+        gc.unfreeze()
+        del user, kept, model
+    finally:
+        gc.callbacks.remove(count)
+        gc.enable() if was else gc.disable()

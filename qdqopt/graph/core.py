@@ -139,6 +139,13 @@ class CollectionPaused:
 
     def __exit__(self, *exc_info: object) -> None:
         if self.collecting:
+            if not gc.get_freeze_count():
+                # what was allocated inside (the model, mostly) would be walked by the next young collection, though
+                # none of it is garbage: it joins the oldest generation at once (freeze then unfreeze, two list
+                # splices that also reset the young count), where only a full collection looks at it. Nothing stays
+                # frozen; with objects frozen by someone else, nothing is done.
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
