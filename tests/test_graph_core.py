@@ -726,3 +726,33 @@ def test_a_pause_leaves_what_it_allocated_old_and_nothing_frozen() -> None:
     finally:
         gc.callbacks.remove(count)
         gc.enable() if was else gc.disable()
+
+
+def test_every_kind_of_edit_moves_the_state_stamp() -> None:
+    """``Graph.state_stamp``, which the manager's replay of a pass that found nothing relies on, changes with each
+    kind of edit a pass can make (a replay on an edited graph would record the events of a graph that is gone)."""
+    relu = helper.make_node("Relu", ["x"], ["t"], name="relu")
+    neg = helper.make_node("Neg", ["t"], ["y"], name="neg")
+    graph = load_model(_reading([relu, neg])).graph
+    first, second = graph.nodes()
+    float_type = helper.make_tensor_type_proto(TensorProto.FLOAT, [2])
+    edits = {
+        "set_input": lambda: graph.set_input(second, 0, "x"),
+        "set_output": lambda: graph.set_output(first, 0, "t2"),
+        "set_attribute": lambda: graph.set_attribute(first, helper.make_attribute("alpha", 1.0)),
+        "remove_attribute": lambda: graph.remove_attribute(first, "alpha"),
+        "add_node": lambda: graph.add_node("id", "Identity", ["x"], ["z"]),
+        "remove_node": lambda: graph.remove_node(graph.nodes()[-1]),
+        "add_initializer": lambda: graph.add_initializer(numpy_helper.from_array(np.zeros(2, np.float32), "c")),
+        "remove_initializer": lambda: graph.remove_initializer("c"),
+        "set_value_type": lambda: graph.set_value_type("t2", float_type),
+        "pin_value_type": lambda: graph.pin_value_type("t", float_type),
+        "generate_value_name": lambda: graph.generate_value_name("t2"),
+        "generate_node_name": lambda: graph.generate_node_name("relu"),
+        "resolve": graph.resolve,
+        "outputs": lambda: graph.outputs.append(helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])),
+    }
+    for name, edit in edits.items():
+        before = graph.state_stamp()
+        edit()
+        assert graph.state_stamp() != before, name
