@@ -4,6 +4,7 @@ transformer fixtures' graph-core classes (``knownt/``: NodeArg types, shape valu
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -736,7 +737,7 @@ def test_every_kind_of_edit_moves_the_state_stamp() -> None:
     graph = load_model(_reading([relu, neg])).graph
     first, second = graph.nodes()
     float_type = helper.make_tensor_type_proto(TensorProto.FLOAT, [2])
-    edits = {
+    edits: dict[str, Callable[[], object]] = {
         "set_input": lambda: graph.set_input(second, 0, "x"),
         "set_output": lambda: graph.set_output(first, 0, "t2"),
         "set_attribute": lambda: graph.set_attribute(first, helper.make_attribute("alpha", 1.0)),
