@@ -274,18 +274,13 @@ class EventLog:
 
     def say(self, kind: Kind, nodes: Sequence[str] = (), data: object = None, **fields: object) -> Event:
         """:meth:`add` an event that says what ``kind`` says (:func:`text`), ``fields`` filled in."""
-        event = _event(  # (add and text, inlined: a run says hundreds)
-            kind, TEXTS[kind].format_map(fields), self.pass_name, self.level, self.step, tuple(nodes), self.plugin, data
-        )
-        self.events.append(event)
-        return event
+        return self.add(kind, TEXTS[kind].format_map(fields), nodes, data)  # (text, inlined: a run says hundreds)
 
     def add_again(self, recorded: Sequence[Event]) -> None:
         """Record ``recorded`` (events of an earlier pass application) again, in the current scope: what the same
         pass says once more on the same graph (the manager's replay of a pass that found nothing)."""
-        scope = (self.pass_name, self.level, self.step)
         for e in recorded:
-            self.events.append(_event(e.kind, e.text, *scope, e.nodes, self.plugin, e.data))
+            self.add(e.kind, e.text, e.nodes, e.data)
 
     def insert_before_resolve(self, since: int, kind: Kind, text: str, nodes: Sequence[str] = ()) -> Event:
         """Record an event before the trailing run of Resolve events recorded since index ``since``.
@@ -359,14 +354,8 @@ def emit(kind: Kind, text: str, nodes: Sequence[str] = (), data: object = None) 
 def say(kind: Kind, nodes: Sequence[str] = (), data: object = None, **fields: object) -> Event | None:
     """:func:`emit` an event that says what ``kind`` says (:func:`text`, ``fields`` filled in only when a run is
     recording)."""
-    log = _ACTIVE.get()
-    if log is None:
-        return None
-    event = _event(  # (EventLog.say, inlined)
-        kind, TEXTS[kind].format_map(fields), log.pass_name, log.level, log.step, tuple(nodes), log.plugin, data
-    )
-    log.events.append(event)
-    return event
+    log = _ACTIVE.get()  # (EventLog.say, without its keywords packed again)
+    return log.add(kind, TEXTS[kind].format_map(fields), nodes, data) if log is not None else None
 
 
 def emit_fused(candidate: str, op: str, node: str, domain: str = "") -> None:

@@ -221,8 +221,9 @@ class _Run:
                 log.say(events.Kind.APPLY, name=spec.name, step=step + 1)
             mark = len(log.events)
             start = time.perf_counter()
-            replayed = quiet is not None and quiet[0] == stamp
-            if quiet is not None and replayed:
+            replayed = False
+            if quiet is not None and quiet[0] == stamp:
+                replayed = True
                 log.add_again(quiet[1])
                 self.quiet[spec.name] = quiet
                 modified = False
