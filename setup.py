@@ -1,26 +1,35 @@
 """qdqopt's build: the metadata is in pyproject.toml; this adds the mypyc-compiled modules.
 
-A wheel (``pip install .``) compiles the graph core and the helpers every pass calls with mypyc, the same source as
-C extensions beside the ``.py`` files; the passes themselves stay Python, to read and step through. An editable
-install (``pip install -e .``) is never compiled, so an edited ``.py`` is what runs. ``QDQOPT_COMPILE=0`` builds a
+A wheel (``pip install .``) compiles the graph core, the helpers and the passes with mypyc, the same source as C
+extensions beside the ``.py`` files. An editable install (``pip install -e .``) is never compiled, so an edited
+``.py`` is what runs, to read and step through. ``QDQOPT_COMPILE=0`` builds a
 pure-Python wheel; without a C compiler the build says so and stays pure Python (``_build/backend.py`` decides).
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from setuptools import setup
 
-#: what mypyc compiles (paths under the project root; a folder means all of its modules): where a run spends its
-#: time outside the passes' own logic (docs/architecture.md, "Where the time goes")
+#: what mypyc compiles (paths under the project root; a folder means all of its modules): the graph core, the
+#: helpers, every pass module and the manager (docs/architecture.md, "The compiled build"). A plugin's pass stays
+#: Python and derives from the compiled base classes (``mypyc_attr(allow_interpreted_subclasses=True)``).
+#: the pass modules left as Python: ``LevelledTransformer``'s families, whose subclasses are named by
+#: ``__init_subclass__`` (a compiled class keeps its own default name instead)
+_INTERPRETED_PASSES = {"__init__.py", "gelu_fusion.py", "layer_norm_fusion.py"}
 COMPILED = [
     "qdqopt/graph",
-    "qdqopt/passes/graph_utils.py",
-    "qdqopt/passes/qdq_util.py",
+    *sorted(
+        f"qdqopt/passes/{path.name}"
+        for path in Path(__file__).resolve().parent.joinpath("qdqopt/passes").glob("*.py")
+        if path.name not in _INTERPRETED_PASSES
+    ),
     "qdqopt/passes/qdq",
     "qdqopt/passes/transpose_optimization",
     "qdqopt/manager.py",
+    "qdqopt/events.py",
     "qdqopt/kernels.py",
     "qdqopt/partition.py",
 ]

@@ -58,6 +58,8 @@ import enum
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from mypy_extensions import mypyc_attr
+
 __all__ = [
     "QDQOPT_ONLY",
     "TEXTS",
@@ -120,6 +122,7 @@ QDQOPT_ONLY = frozenset({Kind.NO_MATCH, Kind.FUSED, Kind.DROPPED, Kind.CONVERTED
 RESOLVE_KINDS = frozenset({Kind.REMOVE_INITIALIZER, Kind.REMOVE_NODEARG})
 
 
+@mypyc_attr(native_class=False)  # compiled, a plain class still: :func:`_event` fills its ``__dict__``
 @dataclass(frozen=True)
 class Event:
     """One thing a run did, as ORT logs it.
@@ -138,7 +141,7 @@ class Event:
     step: int | None = None
     nodes: tuple[str, ...] = ()
     plugin: bool = False
-    data: object = None
+    data: object | None = None  # (``object`` alone: mypyc cannot resolve the dataclass's annotation)
 
     @property
     def severity(self) -> str:

@@ -207,3 +207,34 @@ def test_a_run_leaves_no_reference_cycles(build: str, request: pytest.FixtureReq
     out = _run(tree, models, _CYCLES)
     assert out["build"] == ("compiled with mypyc" if build == "compiled" else "pure Python")
     assert out["unreachable"] == dict.fromkeys(models, 0)
+
+
+# Runs in a child process: sys.path[0] is the tree qdqopt is imported from. The example plugin (plain Python,
+# derived from the pass base class, which the compiled build compiles) on a model it rewrites, at each level it runs
+# at, and disabled. Prints {"build": ..., "results": {level|plugin: digest}, "marked": whether the trace marks it}.
+_PLUGIN = r"""
+import hashlib, json, sys, warnings
+warnings.simplefilter("ignore")
+import qdqopt
+from tests.test_plugins import EXAMPLE, NAME, _leaky_qdq
+results, marked = {}, []
+for level in (2, 3, 99):
+    for disabled in ((), (NAME,)):
+        run = qdqopt.run(_leaky_qdq(), level, plugins=[EXAMPLE], disabled=list(disabled))
+        digest = hashlib.sha256(run.model.SerializeToString())
+        digest.update("\n".join(run.pipeline.ort_lines()).encode())
+        digest.update("\n".join(run.pipeline.verbose_lines()).encode())
+        results[f"{level}|{','.join(disabled)}"] = digest.hexdigest()
+        rewrote = any(e.name == NAME and e.plugin and e.modified for e in run.pipeline.trace)
+        marked.append(rewrote != bool(disabled))
+print(json.dumps({"build": qdqopt.build(), "results": results, "marked": all(marked)}))
+"""
+
+
+def test_a_plugin_runs_on_the_compiled_build(compiled_tree: Path) -> None:
+    """A pass of one's own stays Python and derives from the compiled ``GraphTransformer``: it runs, shows in the
+    trace, toggles by name, and leaves what the source build leaves."""
+    compiled, source = _run(compiled_tree, [], _PLUGIN), _run(ROOT, [], _PLUGIN)
+    assert compiled["build"] == "compiled with mypyc" and source["build"] == "pure Python"
+    assert compiled["results"] == source["results"]
+    assert compiled["marked"] and source["marked"]

@@ -18,6 +18,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from mypy_extensions import mypyc_attr
+
 from qdqopt.config import SessionConfig
 from qdqopt.graph import Graph, Node
 from qdqopt.target import Target
@@ -57,10 +59,12 @@ class Unsupported(Exception):
         self.reason = reason
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the passes that stay Python, and plugins
 class GraphTransformer(ABC):
     """``onnxruntime::GraphTransformer``."""
 
-    name: str = ""
+    #: ORT's name for the transformer (a :class:`RuleBasedTransformer` instance names itself)
+    name: ClassVar[str] = ""
     #: EPs whose nodes the pass may touch; empty means any (``GetCompatibleExecutionProviders``).
     compatible_eps: ClassVar[tuple[str, ...]] = ()
 
@@ -157,6 +161,7 @@ class GraphTransformer(ABC):
         return not self.compatible_eps or node.ep in self.compatible_eps
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the passes that stay Python, and plugins
 class LevelledTransformer(GraphTransformer):
     """A transformer ORT registers at Level1 and at Level2 (``GeluFusion``, ``LayerNormFusion``): its constructor
     takes the ``TransformerLevel`` and names the instance after it, ``<class>L1`` or ``<class>L2``.
@@ -187,6 +192,7 @@ class RuleEffect(enum.Enum):
     MODIFIED_REST_OF_GRAPH = 3
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the passes that stay Python, and plugins
 class RewriteRule(ABC):
     """``onnxruntime::RewriteRule``."""
 
@@ -202,12 +208,15 @@ class RewriteRule(ABC):
         """``Apply``: rewrite and report the effect."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the passes that stay Python, and plugins
 class RuleBasedTransformer(GraphTransformer):
     """``RuleBasedGraphTransformer``: nodes in topological order; each node's rules by op type, in registration order,
     until one removes the node; then, if the node is still there, its subgraphs."""
 
     def __init__(self, name: str, rules: list[RewriteRule], compatible_eps: tuple[str, ...] = ()) -> None:
-        self.name = name
+        # ORT names each RuleBasedGraphTransformer at construction: the instance's own name, over the class's
+        # (through setattr: a class variable is not assigned through an instance, as far as mypy knows)
+        setattr(self, "name", name)  # noqa: B010
         self.rules = rules
         self._eps = compatible_eps
         self._by_op: dict[str, list[RewriteRule]] = {}  # the rules for an op type, in registration order

@@ -275,8 +275,8 @@ class EliminateSlice(_RemoveNodeRule):
                 return "starts/ends sizes"
             if present(3) is not None:
                 axes_name = const(3)
-                axes = _tensor(graph, axes_name) if axes_name is not None else None
-                if axes is None or len(axes.dims) != 1 or int(axes.dims[0]) != len(starts):
+                axes_tensor = _tensor(graph, axes_name) if axes_name is not None else None
+                if axes_tensor is None or len(axes_tensor.dims) != 1 or int(axes_tensor.dims[0]) != len(starts):
                     return "axes"
                 if present(4) is not None:
                     steps_name = const(4)
