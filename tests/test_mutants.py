@@ -103,10 +103,14 @@ def test_non_utf8_name_is_a_one_line_error(command: str) -> None:
     assert "node[0].name is not valid UTF-8" in outcome.stderr
 
 
-@pytest.mark.parametrize("field", ["producer_name", "graph_name", "output_name", "doc_string"])
+@pytest.mark.parametrize(
+    "field",
+    ["producer_name", "graph_name", "output_name", "doc_string", "initializer_name", "initializer_doc", "metadata"],
+)
 def test_non_utf8_anywhere_is_a_one_line_error(field: str) -> None:
     """Found by the campaign (seed 1, #1500): a bit flip in ``producer_name`` failed in the copy of the model's
-    header, before the names were checked; every string field of the model is now checked first."""
+    header, before the names were checked; every string field of the model is now checked first. An initializer's
+    strings are checked apart from the rest of a small file (the load parses the file without its weights again)."""
     model = _slice_model(3)
     token = "PLACEHOLDR"
     if field == "producer_name":
@@ -116,6 +120,14 @@ def test_non_utf8_anywhere_is_a_one_line_error(field: str) -> None:
     elif field == "output_name":
         model.graph.node[0].output[0] = token
         model.graph.output[0].name = token
+    elif field == "initializer_name":
+        model.graph.node[0].input[2] = token
+        model.graph.initializer[1].name = token
+    elif field == "initializer_doc":
+        model.graph.initializer[2].doc_string = token
+    elif field == "metadata":
+        entry = model.graph.initializer[0].metadata_props.add()
+        entry.key, entry.value = "note", token
     else:
         model.graph.node[0].doc_string = token
     data = model.SerializeToString().replace(token.encode(), b"\xe9" * len(token))
