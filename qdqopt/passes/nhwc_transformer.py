@@ -177,28 +177,22 @@ class NhwcTransformer(GraphTransformer):
         #: the pools and Resizes left to a pushed Transpose (recorded if none reaches them)
         waiting: list[PushEvent] = []
 
-        def skip(node: Node, reason: str) -> None:
-            if log is not None and node.op_type in LAYOUT_OPS:
-                push = record_layout(PushEvent(node.index, node.name, node.qualified_op, "skipped", reason))
-                if push.op in _BY_PUSH:
-                    waiting.append(push)
-
         for node in graph.topological_order():
             if graph.node(node.index) is None:
                 continue
             if node.ep not in (CPU, _ACL):
-                skip(node, f"assigned to {node.ep or 'no EP'}, not the CPU EP")
+                _skip(log, waiting, node, f"assigned to {node.ep or 'no EP'}, not the CPU EP")
                 continue
             info, why = lookup(table, ctx, node)
             if info is None:
-                skip(node, why)
+                _skip(log, waiting, node, why)
                 continue
             if info.has_channels_last and ctx.int_attr(node, "channels_last", 0) == 1:
-                skip(node, "already channels_last=1")
+                _skip(log, waiting, node, "already channels_last=1")
                 continue
             shape = ctx.shape(node.inputs[0])
             if shape is None:
-                skip(node, "input 0 has no shape (unknown rank)")
+                _skip(log, waiting, node, "input 0 has no shape (unknown rank)")
                 continue
             if log is not None and node.op_type in LAYOUT_OPS:
                 record_layout(
@@ -234,6 +228,17 @@ class NhwcTransformer(GraphTransformer):
         octx, modified = self._convert(graph, ctx.target)
         write_back_types(graph, octx)
         return modified
+
+
+def _skip(log: events.EventLog | None, waiting: list[PushEvent], node: Node, reason: str) -> None:
+    """Record that a layout-sensitive node stays as it is, and why; the pools and Resizes wait for a Transpose.
+
+    (A module function: compiled, a function nested in ``_convert`` would share its locals in an environment object
+    that refers to it in turn, a reference cycle holding the graph until the cyclic collector runs.)"""
+    if log is not None and node.op_type in LAYOUT_OPS:
+        push = record_layout(PushEvent(node.index, node.name, node.qualified_op, "skipped", reason))
+        if push.op in _BY_PUSH:
+            waiting.append(push)
 
 
 def _record_unreached(log: events.EventLog, since: int, waiting: list[PushEvent]) -> None:

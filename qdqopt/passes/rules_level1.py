@@ -169,6 +169,10 @@ def _dims(tensor: onnx.TensorProto) -> list[int]:
     return [int(d) for d in tensor.dims]
 
 
+def _is_one(dim: int | str | None) -> bool:
+    return isinstance(dim, int) and dim == 1
+
+
 def _dim_eq(left: int | str | None, right: int | str | None) -> bool:
     """ORT's ``operator==`` on ``TensorShapeProto_Dimension``: equal known values or equal non-empty params."""
     if isinstance(left, int):
@@ -239,6 +243,17 @@ def _int_values(graph: Graph, name: str) -> list[int]:
     return [int(v) for v in _array(graph, name).reshape(-1)]
 
 
+def _present_input(node: Node, i: int) -> str | None:
+    """Input ``i`` of ``node`` if it is given, else None."""
+    return node.inputs[i] if len(node.inputs) > i and node.inputs[i] else None
+
+
+def _constant_input(graph: Graph, node: Node, i: int) -> str | None:
+    """Input ``i`` of ``node`` if it is given and constant, else None."""
+    name = _present_input(node, i)
+    return name if name is not None and is_constant(graph, name) else None
+
+
 class EliminateSlice(_RemoveNodeRule):
     """``EliminateSlice`` (slice_elimination.cc): starts all 0, ends all >= INT64_MAX (steps 1 if given)."""
 
@@ -259,27 +274,19 @@ class EliminateSlice(_RemoveNodeRule):
             if axes is not None and len(axes) != len(starts):
                 return "axes attribute"
         else:
-
-            def present(i: int) -> str | None:
-                return node.inputs[i] if len(node.inputs) > i and node.inputs[i] else None
-
-            def const(i: int) -> str | None:
-                name = present(i)
-                return name if name is not None and is_constant(graph, name) else None
-
-            starts_name, ends_name = const(1), const(2)
+            starts_name, ends_name = _constant_input(graph, node, 1), _constant_input(graph, node, 2)
             if starts_name is None or ends_name is None:
                 return "starts/ends not constant"
             starts, ends = _int_values(graph, starts_name), _int_values(graph, ends_name)
             if not starts or not ends or len(starts) != len(ends):
                 return "starts/ends sizes"
-            if present(3) is not None:
-                axes_name = const(3)
+            if _present_input(node, 3) is not None:
+                axes_name = _constant_input(graph, node, 3)
                 axes_tensor = _tensor(graph, axes_name) if axes_name is not None else None
                 if axes_tensor is None or len(axes_tensor.dims) != 1 or int(axes_tensor.dims[0]) != len(starts):
                     return "axes"
-                if present(4) is not None:
-                    steps_name = const(4)
+                if _present_input(node, 4) is not None:
+                    steps_name = _constant_input(graph, node, 4)
                     if steps_name is None:
                         return "steps not constant"
                     steps = _int_values(graph, steps_name)
@@ -597,14 +604,10 @@ class GemmSumFusion(RewriteRule):
         if result is None or len(result) != 2:
             return "Gemm output shape"
         m, n = result
-
-        def is_one(dim: int | str | None) -> bool:
-            return isinstance(dim, int) and dim == 1
-
         valid = (
             (len(bias) == 1 and _dim_eq(bias[0], n))
-            or (len(bias) == 2 and is_one(bias[0]) and _dim_eq(bias[1], n))
-            or (len(bias) == 2 and _dim_eq(bias[0], m) and (is_one(bias[1]) or _dim_eq(bias[1], n)))
+            or (len(bias) == 2 and _is_one(bias[0]) and _dim_eq(bias[1], n))
+            or (len(bias) == 2 and _dim_eq(bias[0], m) and (_is_one(bias[1]) or _dim_eq(bias[1], n)))
         )
         return _reason(valid, "C shape not broadcastable by Gemm")
 
