@@ -348,6 +348,10 @@ class Node:
         self.original = original
         self.attr_map = StdUnorderedMap(memo=True) if attr_map is None else attr_map
 
+    def input(self, slot: int) -> str:
+        """The value input ``slot`` reads: "" for a slot past the inputs or an optional input left out."""
+        return self.inputs[slot] if slot < len(self.inputs) else ""
+
     def attribute_order(self) -> list[str]:
         """Attribute names in the order ORT writes them."""
         return [k for k in self.attr_map if k in self.attributes]

@@ -90,10 +90,6 @@ def _piece_count(graph: Graph, value: str) -> int:
     return sum(1 for c in graph.consumers(value) if c.op_type in ("Gather", "Slice") and c.inputs[:1] == [value])
 
 
-def _input(node: Node, slot: int) -> str:
-    return node.inputs[slot] if slot < len(node.inputs) else ""
-
-
 def _scalar_int64(graph: Graph, name: str) -> tuple[int, int] | None:
     """``GetScalarInt64Initializer``: (value, rank of the tensor) of a constant int64 scalar initializer."""
     if not name or not is_scalar_arg(graph, name):
@@ -189,7 +185,7 @@ class GatherSliceToSplitFusion(GraphTransformer):
             return None
         if _gather_axis(node, rank) != axis:
             return None
-        found = _scalar_int64(graph, _input(node, 1))
+        found = _scalar_int64(graph, node.input(1))
         if found is None:
             return None
         start, index_rank = found
@@ -335,7 +331,7 @@ class GatherToSliceFusion(GraphTransformer):
         assert gather is not None
         if not is_supported_op(gather, "Gather", (1, 11, 13)) or not self.node_is_compatible(gather):
             return False
-        if _input(gather, 1) != rng.outputs[0]:
+        if gather.input(1) != rng.outputs[0]:
             return False
         assert len(rng.inputs) == 3, "Range has 3 inputs"
         elem = graph.elem_type(rng.outputs[0]) or 0

@@ -43,10 +43,6 @@ TP = onnx.TensorProto
 _raw_tensor = raw_uint8_tensor  # looked up here at each call (a test shifts the generated zp through it)
 
 
-def _input(node: Node, slot: int) -> str:
-    return node.inputs[slot] if slot < len(node.inputs) else ""
-
-
 def _size(tensor: onnx.TensorProto) -> int:
     return int(np.prod(list(tensor.dims), dtype=np.int64))
 
@@ -77,7 +73,7 @@ class QDQS8ToU8Transformer(GraphTransformer):
         q_zp = local_constant(graph, q.inputs[2])
         if q_zp is None:
             return False
-        dq_zp_name = _input(dq, 2)
+        dq_zp_name = dq.input(2)
         dq_zp: onnx.TensorProto | None = None
         if dq_zp_name:
             dq_zp = local_constant(graph, dq_zp_name)

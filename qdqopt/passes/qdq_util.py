@@ -180,10 +180,6 @@ def is_supported_data_type(graph: Graph, node: Node, supported: tuple[str, ...])
 
 
 # ---------------------------------------------------------------------------------------------- QDQ predicates
-def _input(node: Node, slot: int) -> str:
-    return node.inputs[slot] if slot < len(node.inputs) else ""
-
-
 def _constant_scalar(graph: Graph, name: str) -> bool:
     """A constant initializer whose NodeArg is a scalar (the order of the two checks does not matter: both must
     hold, and only a constant initializer needs no type inference)."""
@@ -202,10 +198,10 @@ def _constant_scalar_tensor(graph: Graph, name: str) -> onnx.TensorProto | None:
 
 def has_constant_scalar_scale_and_zp(graph: Graph, node: Node) -> tuple[bool, bool]:
     """``QOrDQNodeHasConstantScalarScaleAndZeroPoint``: (scale and zp, if present, are constant scalars; zp exists)."""
-    zp_exists = bool(_input(node, ZERO_POINT_ID))
-    if not _constant_scalar(graph, _input(node, SCALE_ID)):
+    zp_exists = bool(node.input(ZERO_POINT_ID))
+    if not _constant_scalar(graph, node.input(SCALE_ID)):
         return False, zp_exists
-    if zp_exists and not _constant_scalar(graph, _input(node, ZERO_POINT_ID)):
+    if zp_exists and not _constant_scalar(graph, node.input(ZERO_POINT_ID)):
         return False, zp_exists
     return True, zp_exists
 
@@ -243,7 +239,7 @@ def is_qdq_pair_supported(graph: Graph, q: Node, dq: Node, *, check_op_type: boo
 
 def is_q_or_dq_scale_positive_constant_scalar(graph: Graph, node: Node) -> bool:
     """``QDQ::IsQOrDQScalePositiveConstantScalar``."""
-    name = _input(node, SCALE_ID)
+    name = node.input(SCALE_ID)
     if not _constant_scalar(graph, name):
         return False
     scale = constant_array(graph, name)
@@ -254,7 +250,7 @@ def is_q_or_dq_scale_positive_constant_scalar(graph: Graph, node: Node) -> bool:
 def q_zero_point_type(graph: Graph, q: Node) -> int | None:
     """``GetQNodeZeroPointType`` (double_qdq_pairs_remover.cc): the zp initializer's type; without a zp input the
     ``output_dtype`` attribute (a schema default counts), else uint8; None if the zp is not a constant initializer."""
-    zp = _input(q, ZERO_POINT_ID)
+    zp = q.input(ZERO_POINT_ID)
     if not zp:
         attr = q.attributes.get("output_dtype")
         return int(attr.i) if attr is not None else onnx.TensorProto.UINT8

@@ -243,15 +243,10 @@ def _int_values(graph: Graph, name: str) -> list[int]:
     return [int(v) for v in _array(graph, name).reshape(-1)]
 
 
-def _present_input(node: Node, i: int) -> str | None:
-    """Input ``i`` of ``node`` if it is given, else None."""
-    return node.inputs[i] if len(node.inputs) > i and node.inputs[i] else None
-
-
-def _constant_input(graph: Graph, node: Node, i: int) -> str | None:
-    """Input ``i`` of ``node`` if it is given and constant, else None."""
-    name = _present_input(node, i)
-    return name if name is not None and is_constant(graph, name) else None
+def _constant_input(graph: Graph, node: Node, slot: int) -> str | None:
+    """Input ``slot`` of ``node`` if it is given and constant, else None."""
+    name = node.input(slot)
+    return name if name and is_constant(graph, name) else None
 
 
 class EliminateSlice(_RemoveNodeRule):
@@ -280,12 +275,12 @@ class EliminateSlice(_RemoveNodeRule):
             starts, ends = _int_values(graph, starts_name), _int_values(graph, ends_name)
             if not starts or not ends or len(starts) != len(ends):
                 return "starts/ends sizes"
-            if _present_input(node, 3) is not None:
+            if node.input(3):
                 axes_name = _constant_input(graph, node, 3)
                 axes_tensor = _tensor(graph, axes_name) if axes_name is not None else None
                 if axes_tensor is None or len(axes_tensor.dims) != 1 or int(axes_tensor.dims[0]) != len(starts):
                     return "axes"
-                if _present_input(node, 4) is not None:
+                if node.input(4):
                     steps_name = _constant_input(graph, node, 4)
                     if steps_name is None:
                         return "steps not constant"

@@ -61,10 +61,6 @@ _QRANGE: dict[int, tuple[int, int]] = {
 }
 
 
-def _input(node: Node, slot: int) -> str:
-    return node.inputs[slot] if slot < len(node.inputs) else ""
-
-
 def _local_constant(graph: Graph, name: str) -> onnx.TensorProto | None:
     """``NodeArgIsConstant(graph, arg) && graph.GetInitializedTensor(name)``: a constant initializer that this graph
     itself holds."""
@@ -136,7 +132,7 @@ def _bound_value(graph: Graph, name: str) -> float | None:
     producer = graph.producer(name)
     if producer is None or not is_dq(producer):
         return None
-    names = [_input(producer, 0), _input(producer, 1), _input(producer, 2)]
+    names = [producer.input(0), producer.input(1), producer.input(2)]
     values: list[np.ndarray] = []
     for slot, arg in enumerate(names):
         if not arg:
@@ -167,7 +163,7 @@ def clip_constant_min_max(graph: Graph, node: Node) -> tuple[float, float] | Non
         return lo, hi
     bounds = [lo, hi]
     for i, slot in enumerate((1, 2)):
-        arg = _input(node, slot)
+        arg = node.input(slot)
         if not arg:
             continue
         found = _bound_value(graph, arg)

@@ -83,10 +83,6 @@ class Selection:
     clip: Node | None = None
 
 
-def _input(node: Node, slot: int) -> str:
-    return node.inputs[slot] if slot < len(node.inputs) else ""
-
-
 class Ctx:
     """What the selectors read: the graph (its NodeArg types as the pass sees them, :meth:`Graph.elem_type`,
     :meth:`Graph.shape`) and whether int8 is allowed."""
@@ -104,13 +100,13 @@ class Ctx:
             found = self.q_out_type(producer)
         else:
             found = graph.elem_type(dq.inputs[0])
-        if found is None and _input(dq, 2):
+        if found is None and dq.input(2):
             found = graph.elem_type(dq.inputs[2])
         return found
 
     def q_out_type(self, q: Node) -> int | None:
         """The element type of a Q's output: its zero point's, else ``output_dtype``, else uint8."""
-        zp = _input(q, 2)
+        zp = q.input(2)
         if zp:
             return self.graph.elem_type(zp)
         attr = q.attributes.get("output_dtype")
@@ -155,10 +151,10 @@ def _rank0(graph: Graph, name: str) -> onnx.TensorProto | None:
 
 def clip_made_redundant_by_q(graph: Graph, clip: Node, q: Node) -> bool:
     """``QDQ::IsClipMadeRedundantByQ`` (rank-0 constant Q params; the ``rint`` criterion)."""
-    scale_t = _rank0(graph, _input(q, 1))
+    scale_t = _rank0(graph, q.input(1))
     if scale_t is None or scale_t.data_type != TP.FLOAT:
         return False
-    zp_name = _input(q, 2)
+    zp_name = q.input(2)
     if not zp_name:
         attr = q.attributes.get("output_dtype")
         dtype = int(attr.i) if attr is not None and attr.i else TP.UINT8
@@ -185,7 +181,7 @@ def clip_made_redundant_by_q(graph: Graph, clip: Node, q: Node) -> bool:
     bounds = clip_constant_min_max(graph, clip)
     if bounds is None:
         return False
-    scale_arr = constant_array(graph, _input(q, 1))
+    scale_arr = constant_array(graph, q.input(1))
     assert scale_arr is not None
     scale = np.float32(scale_arr.reshape(-1)[0])
     with np.errstate(all="ignore"):
@@ -464,12 +460,12 @@ class UnarySelector(NodeGroupSelector):
         if node.op_type == "Softmax":
             # measured on 1.32 (knownx/fz_softmax_*): QLinearSoftmax's lookup table needs the input scale as a
             # constant scalar or one-element 1-D initializer; LeakyRelu and Sigmoid take any
-            scale = constant_initializer(ctx.graph, _input(dqs[0], 1))
+            scale = constant_initializer(ctx.graph, dqs[0].input(1))
             if scale is None or not (len(scale.dims) == 0 or list(scale.dims) == [1]):
                 return NoMatch("the input scale is not a constant scalar initializer (QLinearSoftmax)", (dqs[0].name,))
             # ... and a positive one (measured, knownx/fz_softmax_scale_*: 0, negative and NaN scales keep the
             # unit; +inf and a denormal fuse), which a DoubleQDQPairsRemover merge of disjoint ranges can make 0
-            if not float(ctx.graph.array(_input(dqs[0], 1)).reshape(-1)[0]) > 0:
+            if not float(ctx.graph.array(dqs[0].input(1)).reshape(-1)[0]) > 0:
                 return NoMatch("the input scale is not positive (QLinearSoftmax)", (dqs[0].name,))
         return None
 
@@ -495,7 +491,7 @@ def _params_shape_reason(ctx: Ctx, nodes: list[Node], *, allow_one_element: bool
     ``allow_one_element``): measured on 1.32 (``knownx/fz_params_*``): a per-axis, a ``[1]`` (for QLinearAdd/Mul)
     or an unshaped parameter keeps the unit as it is, a graph input of rank 0 does not."""
     for n in nodes:
-        for name in (_input(n, 1), _input(n, 2)):
+        for name in (n.input(1), n.input(2)):
             if not name:
                 continue
             shape = dim_values(ctx.graph.shape(name))
@@ -583,10 +579,10 @@ _BIAS_RTOL = np.float32(1e-2)
 
 
 def _conv_bias_reason(graph: Graph, dqs: list[Node]) -> str | None:
-    xs_t, ws_t, bs_t = (constant_initializer(graph, _input(d, 1)) for d in dqs)
+    xs_t, ws_t, bs_t = (constant_initializer(graph, d.input(1)) for d in dqs)
     if xs_t is None or ws_t is None or bs_t is None or any(t.data_type != TP.FLOAT for t in (xs_t, ws_t, bs_t)):
         return "bias scale check: x, w and bias scales must be constant float initializers"
-    xs, ws, bs = (constant_array(graph, _input(d, 1)) for d in dqs)
+    xs, ws, bs = (constant_array(graph, d.input(1)) for d in dqs)
     assert xs is not None and ws is not None and bs is not None
     if xs.ndim > 1 or (xs.ndim == 1 and xs.size != 1) or 0 in (xs.size, ws.size, bs.size):
         return "bias scale check: bad scale shapes"
@@ -611,7 +607,7 @@ def _conv_bias_reason(graph: Graph, dqs: list[Node]) -> str | None:
         xw = np.float32(xs.reshape(-1)[0]) * wv.astype(np.float32)
         if (np.abs(bv - xw) > _BIAS_ATOL + _BIAS_RTOL * np.abs(xw)).any():
             return "bias scale is not x_scale * w_scale"
-    zp = _input(dqs[2], 2)
+    zp = dqs[2].input(2)
     if zp:
         zt = constant_initializer(graph, zp)
         za = constant_array(graph, zp)
@@ -655,14 +651,14 @@ def _qlinear_matmul_params_reason(ctx: Ctx, dqa: Node, dqb: Node, q: Node) -> st
     MatMulIntegerToFloat path, without a Q, takes them all)."""
     graph = ctx.graph
     for what, n in (("A", dqa), ("Y", q)):
-        for name in (_input(n, 1), _input(n, 2)):
+        for name in (n.input(1), n.input(2)):
             if name and not _per_tensor_shape(dim_values(graph.shape(name))):
                 return f"{what} scale/zero point is not per tensor (QLinearMatMul)"
     if dqb.attr_int("block_size", 0) > 0:
         return "the weight DQ is blocked (QLinearMatMul)"
     wshape = dim_values(graph.shape(dqb.inputs[0]))
     axis = dqb.attr_int("axis", 1)
-    for name in (_input(dqb, 1), _input(dqb, 2)):
+    for name in (dqb.input(1), dqb.input(2)):
         if not name:
             continue
         shape = dim_values(graph.shape(name))
@@ -701,19 +697,19 @@ class GemmSelector(NodeGroupSelector):
         if clip is not None and not qs:
             return NoMatch("a redundant clip without a Q")
         dqa, dqb = dqs[0], dqs[1]
-        if not _input(dqa, 2):
+        if not dqa.input(2):
             return NoMatch("DQ of input A has no zero point")
-        for n in (_input(dqa, 1), _input(dqa, 2)):
+        for n in (dqa.input(1), dqa.input(2)):
             s = dim_values(ctx.graph.shape(n))
             if s is None or not (len(s) == 0 or s == [1]):
                 return NoMatch("A scale/zero point is not a scalar")
-        if not _input(dqb, 2):
+        if not dqb.input(2):
             return NoMatch("DQ of input B has no zero point")
         wshape = dim_values(ctx.graph.shape(dqb.inputs[0]))
         trans_b = node.attr_int("transB", 0)
         n_dim = wshape[0 if trans_b else 1] if wshape is not None and len(wshape) == 2 else None
         shapes = []
-        for n in (_input(dqb, 1), _input(dqb, 2)):
+        for n in (dqb.input(1), dqb.input(2)):
             s = dim_values(ctx.graph.shape(n))
             ok = s is not None and (len(s) == 0 or s == [1] or (n_dim is not None and s == [n_dim]))
             if not ok:
@@ -728,7 +724,7 @@ class GemmSelector(NodeGroupSelector):
             y = ctx.q_out_type(qs[0])
             if a != y:
                 return NoMatch(_mismatch("input and output", a, y))
-            for n in (_input(qs[0], 1), _input(qs[0], 2)):
+            for n in (qs[0].input(1), qs[0].input(2)):
                 if not n:
                     continue
                 s = dim_values(ctx.graph.shape(n))
@@ -762,7 +758,7 @@ class DQMatMulNBitsSelector(NodeGroupSelector):
     def select(self, ctx: Ctx, node: Node) -> Selection | NoMatch:
         result = super().select(ctx, node)
         if isinstance(result, Selection):
-            weight = next(d for d in result.dq_nodes if d is not None and d.outputs[0] == _input(node, 1))
+            weight = next(d for d in result.dq_nodes if d is not None and d.outputs[0] == node.input(1))
             result.dq_nodes = [weight]
         return result
 
@@ -774,13 +770,13 @@ class DQMatMulNBitsSelector(NodeGroupSelector):
         if any(t not in INT16 for t in q_types):
             return NoMatch("the output is consumed by an 8-bit QuantizeLinear (QLinear rules own that unit)")
         is_gemm = node.op_type == "Gemm"
-        weight = next((d for d in dqs if d.outputs[0] == _input(node, 1)), None)
+        weight = next((d for d in dqs if d.outputs[0] == node.input(1)), None)
         if weight is None:
             return NoMatch("the weight (input 1) is not produced by a DequantizeLinear")
         others = [d for d in dqs if d is not weight]
-        bias_dq = [d for d in others if is_gemm and d.outputs[0] == _input(node, 2)]
+        bias_dq = [d for d in others if is_gemm and d.outputs[0] == node.input(2)]
         act = [d for d in others if d not in bias_dq]
-        if any(d.outputs[0] != _input(node, 0) for d in act) or len(act) > 1:
+        if any(d.outputs[0] != node.input(0) for d in act) or len(act) > 1:
             return NoMatch(f"unexpected DequantizeLinear inputs ({len(dqs)})")
         if act and ctx.dq_in_type(act[0]) not in INT16:
             return NoMatch(
@@ -803,7 +799,7 @@ class DQMatMulNBitsSelector(NodeGroupSelector):
             return NoMatch(
                 "the weight DQ does not have exactly one output edge (or produces a graph output)", (weight.name,)
             )
-        if len(graph.consumers(weight.inputs[0])) > 1 or len(graph.consumers(_input(weight, 1))) > 1:
+        if len(graph.consumers(weight.inputs[0])) > 1 or len(graph.consumers(weight.input(1))) > 1:
             return NoMatch("the weight or scale initializer is shared with another node")
         w_dims = _rank_dims(graph, weight.inputs[0])
         if is_gemm:
@@ -811,11 +807,11 @@ class DQMatMulNBitsSelector(NodeGroupSelector):
             beta = node.attr_float("beta", 1.0)
             if abs(alpha - 1.0) > 1e-6 or node.attr_int("transA", 0) or node.attr_int("transB", 0):
                 return NoMatch("Gemm alpha != 1 or transposed inputs")
-            if _input(node, 2):
+            if node.input(2):
                 if abs(beta - 1.0) > 1e-6:
                     return NoMatch("Gemm beta != 1 with a bias")
                 n_dim = w_dims[1] if w_dims is not None and len(w_dims) == 2 else None
-                b_shape = dim_values(ctx.graph.shape(_input(node, 2)))
+                b_shape = dim_values(ctx.graph.shape(node.input(2)))
                 if n_dim is None or b_shape != [n_dim]:
                     return NoMatch("the Gemm bias is not [N]")
         reason = validate_dq_for_nbits(ctx, weight)
@@ -824,13 +820,13 @@ class DQMatMulNBitsSelector(NodeGroupSelector):
 
 def fp16_nbits_unit(ctx: Ctx, weight: Node, in_unit: bool) -> bool:
     """An fp16 weight DQ (its scale's type) in a 16-bit QDQ unit (``in_unit``: an activation DQ or a Q)."""
-    return in_unit and ctx.graph.elem_type(_input(weight, 1)) == TP.FLOAT16
+    return in_unit and ctx.graph.elem_type(weight.input(1)) == TP.FLOAT16
 
 
 def validate_dq_for_nbits(ctx: Ctx, dq: Node) -> str | None:
     """``ValidateDQForMatMulNBits``."""
     graph = ctx.graph
-    scale_t = constant_initializer(graph, _input(dq, 1))
+    scale_t = constant_initializer(graph, dq.input(1))
     w_t = constant_initializer(graph, dq.inputs[0])
     if scale_t is not None and scale_t.data_type not in (TP.FLOAT, TP.FLOAT16):
         return f"scale type {dtype_name(scale_t.data_type)} is not float/float16"
@@ -839,7 +835,7 @@ def validate_dq_for_nbits(ctx: Ctx, dq: Node) -> str | None:
         return f"weight type {dtype_name(dtype)} is not 2/4/8-bit"
     if w_t is None or scale_t is None:
         return "the weight or scale is not a constant initializer"
-    zp = _input(dq, 2)
+    zp = dq.input(2)
     zp_t = constant_initializer(graph, zp) if zp else None
     if zp and zp_t is None:
         return "the zero point is not a constant initializer"
