@@ -2,8 +2,8 @@
 
 A wheel (``pip install .``) compiles the graph core, the helpers and the passes with mypyc, the same source as C
 extensions beside the ``.py`` files. An editable install (``pip install -e .``) is never compiled, so an edited
-``.py`` is what runs, to read and step through. ``QDQOPT_COMPILE=0`` builds a
-pure-Python wheel; without a C compiler the build says so and stays pure Python (``_build/backend.py`` decides).
+``.py`` is what runs, to read and step through. ``QDQOPT_COMPILE=0`` builds a pure-Python wheel; without a C
+compiler the build says so and stays pure Python (``_build/backend.py`` decides).
 """
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ from pathlib import Path
 
 from setuptools import setup
 
-#: what mypyc compiles (paths under the project root; a folder means all of its modules): the graph core, the
-#: helpers, every pass module and the manager (docs/architecture.md, "The compiled build"). A plugin's pass stays
-#: Python and derives from the compiled base classes (``mypyc_attr(allow_interpreted_subclasses=True)``).
 #: the pass modules left as Python: ``LevelledTransformer``'s families, whose subclasses are named by
 #: ``__init_subclass__`` (a compiled class keeps its own default name instead)
 _INTERPRETED_PASSES = {"__init__.py", "gelu_fusion.py", "layer_norm_fusion.py"}
+
+#: what mypyc compiles (paths under the project root; a folder means all of its modules): the graph core, the
+#: helpers, every other pass module, the manager and the events (docs/architecture.md, "The compiled build"). A
+#: plugin's pass stays Python and derives from the compiled base classes
+#: (``mypyc_attr(allow_interpreted_subclasses=True)``).
 COMPILED = [
     "qdqopt/graph",
     *sorted(

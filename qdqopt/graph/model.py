@@ -186,41 +186,20 @@ def _file_strings_valid(proto: onnx.ModelProto, data: bytes) -> bool:
 
 
 def _without_initializers(data: bytes) -> bytes | None:
-    """The serialised ModelProto ``data`` without its main graph's initializer fields, the rest byte for byte; None
-    where the bytes are not plain wire data (they are then parsed whole)."""
-    window = _Window.over(data)
-    out: list[bytes] = []
-    kept = pos = 0
+    """The serialised ModelProto ``data`` without its main graph's initializers (its graph's other fields last: the
+    same message); None where :func:`_split_model` cannot take the bytes apart (they are then parsed whole)."""
     try:
-        while pos < len(data):
-            field_number, wire_type, start = window.tag(pos)
-            end = window.field_end(start, wire_type, len(data))
-            if field_number == _MODEL_GRAPH and wire_type == _LENGTH_DELIMITED:
-                graph_start = window.varint(start)[1]
-                graph = _cut_fields(window, graph_start, end, _GRAPH_INITIALIZER)
-                out += (data[kept:pos], data[pos:start], _varint(sum(len(part) for part in graph)), *graph)
-                kept = end
-            pos = end
+        header, graph, has_graph = _split_model(_Window.over(data), _skip_initializer)
     except _NotSplittable:
         return None
-    out.append(data[kept:])
-    return b"".join(out)
+    if not has_graph:
+        return b"".join(header)
+    graph_bytes = b"".join(graph)
+    return b"".join((*header, _MODEL_GRAPH_TAG, _varint(len(graph_bytes)), graph_bytes))
 
 
-def _cut_fields(window: _Window, start: int, end: int, number: int) -> list[bytes]:
-    """The bytes of the message from ``start`` to ``end`` without its fields numbered ``number``, in parts."""
-    parts: list[bytes] = []
-    data = window.buffer
-    kept = pos = start
-    while pos < end:
-        field_number, wire_type, value = window.tag(pos)
-        after = window.field_end(value, wire_type, end)
-        if field_number == number:
-            parts.append(data[kept:pos])
-            kept = after
-        pos = after
-    parts.append(data[kept:end])
-    return parts
+def _skip_initializer(start: int, length: int) -> None:
+    """An initializer :func:`_without_initializers` leaves out."""
 
 
 def _utf8_bytes_valid(message_type: type[Message], data: bytes) -> bool:
@@ -685,35 +664,46 @@ def _read_split(
     order, and a repeated field's elements come in file order.) Raises :class:`_NotSplittable` where the wire data is
     not a single length-delimited graph of length-delimited initializers (groups, a graph given twice, truncation).
     """
-    header_parts: list[bytes] = []
-    graph_parts: list[bytes] = []
     initializers: list[onnx.TensorProto] = []
-    has_graph = False
+    take = initializers.append if sink is None else sink
     with open(path, "rb", buffering=0) as handle:
         data = _Window(handle, os.fstat(handle.fileno()).st_size)
-        pos = 0
-        while pos < data.size:
-            field_number, wire_type, start = data.tag(pos)
-            if field_number == _MODEL_GRAPH:
-                if has_graph or wire_type != _LENGTH_DELIMITED:
-                    raise _NotSplittable("graph")
-                has_graph = True
-                length, start = data.varint(start)
-                end = start + length
-                if end > data.size:
-                    raise _NotSplittable("truncated")
-                _split_graph(data, start, end, graph_parts, initializers.append if sink is None else sink)
-            else:
-                end = data.field_end(start, wire_type, data.size)
-                header_parts.append(data.read(pos, end - pos))
-            pos = end
+        header_parts, graph_parts, has_graph = _split_model(
+            data, lambda start, length: take(_parse(onnx.TensorProto(), data.read(start, length)))
+        )
     header = _parse(onnx.ModelProto(), b"".join(header_parts))
     graph = _parse(onnx.GraphProto(), b"".join(graph_parts))
     return header, graph, initializers, has_graph
 
 
+def _split_model(data: _Window, initializer: Callable[[int, int], None]) -> tuple[list[bytes], list[bytes], bool]:
+    """The wire data of a ModelProto taken apart: the bytes of its fields but its graph, of its graph's fields but
+    its initializers, and whether it has a graph; each initializer's place (start, length) is handed to
+    ``initializer`` in file order. Raises :class:`_NotSplittable` (see :func:`_read_split`)."""
+    header_parts: list[bytes] = []
+    graph_parts: list[bytes] = []
+    has_graph = False
+    pos = 0
+    while pos < data.size:
+        field_number, wire_type, start = data.tag(pos)
+        if field_number == _MODEL_GRAPH:
+            if has_graph or wire_type != _LENGTH_DELIMITED:
+                raise _NotSplittable("graph")
+            has_graph = True
+            length, start = data.varint(start)
+            end = start + length
+            if end > data.size:
+                raise _NotSplittable("truncated")
+            _split_graph(data, start, end, graph_parts, initializer)
+        else:
+            end = data.field_end(start, wire_type, data.size)
+            header_parts.append(data.read(pos, end - pos))
+        pos = end
+    return header_parts, graph_parts, has_graph
+
+
 def _split_graph(
-    data: _Window, pos: int, end: int, parts: list[bytes], initializer: Callable[[onnx.TensorProto], None]
+    data: _Window, pos: int, end: int, parts: list[bytes], initializer: Callable[[int, int], None]
 ) -> None:
     run = pos  # where the current run of fields other than initializers starts
     while pos < end:
@@ -727,7 +717,7 @@ def _split_graph(
                 raise _NotSplittable("truncated")
             if run < pos:
                 parts.append(data.read(run, pos - run))
-            initializer(_parse(onnx.TensorProto(), data.read(start, length)))
+            initializer(start, length)
             run = stop
         else:
             stop = data.field_end(start, wire_type, end)
