@@ -5,6 +5,7 @@ from __future__ import annotations
 from qdqopt.graph import contrib
 from qdqopt.graph.core import Changes, CollectionPaused, Edge, Graph, Node, ShapeDims, View, dim_values, dims_equal
 from qdqopt.graph.model import Model, load_model, save_model
+from qdqopt.graph.order import NodeIndex
 
 __all__ = [
     "Changes",
@@ -13,6 +14,7 @@ __all__ = [
     "Graph",
     "Model",
     "Node",
+    "NodeIndex",
     "ShapeDims",
     "View",
     "dim_values",

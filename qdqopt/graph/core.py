@@ -52,7 +52,7 @@ from onnx import numpy_helper
 from qdqopt.errors import ModelError
 from qdqopt.events import Kind, say
 from qdqopt.graph import inference
-from qdqopt.graph.order import ort_order_of_adjacency
+from qdqopt.graph.order import NodeIndex, ort_order_of_adjacency
 from qdqopt.graph.schema import (
     OpSchema,
     Schema,
@@ -261,17 +261,17 @@ def merge_declared(graph: Graph, name: str, inferred: Sequence[int | None] | Non
 
 
 #: the adjacency of a MultiDiGraph: node -> neighbour -> edge key (source slot, input slot) -> edge data
-_Adjacency = dict[int, dict[int, dict[tuple[int, int], dict[str, Any]]]]
+_Adjacency = dict[NodeIndex, dict[NodeIndex, dict[tuple[int, int], dict[str, Any]]]]
 
 
 class Edge(NamedTuple):
     """A data edge. Sorting edges gives ORT's ``EdgeEndCompare`` order for one node's output edges (a named tuple:
     cheap to make and compare, as passes ask for edges all the time)."""
 
-    dst: int
+    dst: NodeIndex
     src_slot: int
     dst_slot: int
-    src: int
+    src: NodeIndex
     value: str
 
 
@@ -282,9 +282,9 @@ class Changes:
     ``(index, name, op)`` with ``op`` as :attr:`Node.qualified_op`; a node added and removed in the stretch is in
     neither list."""
 
-    added: tuple[tuple[int, str, str], ...] = ()
-    removed: tuple[tuple[int, str, str], ...] = ()
-    rewired: tuple[tuple[int, str, str], ...] = ()
+    added: tuple[tuple[NodeIndex, str, str], ...] = ()
+    removed: tuple[tuple[NodeIndex, str, str], ...] = ()
+    rewired: tuple[tuple[NodeIndex, str, str], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.added or self.removed or self.rewired)
@@ -300,7 +300,7 @@ class Node:
     ``__init__`` the dataclasses module writes at run time, interpreted, and every node made, loaded or cloned
     goes through it.)"""
 
-    index: int
+    index: NodeIndex
     name: str
     op_type: str
     domain: str
@@ -318,7 +318,7 @@ class Node:
 
     def __init__(
         self,
-        index: int,
+        index: NodeIndex,
         name: str,
         op_type: str,
         domain: str,
@@ -486,24 +486,24 @@ class Graph:
         # the MultiDiGraph's own adjacency (node -> neighbour -> edge key -> edge data), reached directly
         self._succ: _Adjacency = self._nx._succ
         self._pred: _Adjacency = self._nx._pred
-        self._order: list[int] | None = None  # topological order of the current structure (None: to compute)
+        self._order: list[NodeIndex] | None = None  # topological order of the current structure (None: to compute)
         # the last node whose output (input) edges were asked for, and its edges, until the structure changes (a pass
         # asks a node's edges several times before it edits: CanRemoveNode, then RemoveNode, ...)
-        self._out_edges: tuple[int, list[Edge]] | None = None
-        self._in_edges: tuple[int, list[Edge]] | None = None
-        self._position: dict[int, int] | None = None  # node index -> its place in _order (None: to compute)
+        self._out_edges: tuple[NodeIndex, list[Edge]] | None = None
+        self._in_edges: tuple[NodeIndex, list[Edge]] | None = None
+        self._position: dict[NodeIndex, int] | None = None  # node index -> its place in _order (None: to compute)
         # op type -> the indices of the live nodes of that op type (any domain)
-        self._by_op: dict[str, set[int]] = {}
+        self._by_op: dict[str, set[NodeIndex]] = {}
         # the nodes that may miss a schema-default attribute (added, or lost one, since fill_default_attributes)
-        self._unfilled: set[int] = set()
-        self._nodes: dict[int, Node] = {}
+        self._unfilled: set[NodeIndex] = set()
+        self._nodes: dict[NodeIndex, Node] = {}
         self._next_index = 0
-        self._producer: dict[str, tuple[int, int]] = {}
-        self._consumers: dict[str, set[int]] = {}
-        self._consumed: dict[int, set[str]] = {}
+        self._producer: dict[str, tuple[NodeIndex, int]] = {}
+        self._consumers: dict[str, set[NodeIndex]] = {}
+        self._consumed: dict[NodeIndex, set[str]] = {}
         # the live nodes that have subgraphs (kept by add_node, remove_node and refresh_implicit_inputs, which every
         # attaching of a subgraph is followed by), so that what recurses into subgraphs skips the other nodes
-        self._sub_nodes: set[int] = set()
+        self._sub_nodes: set[NodeIndex] = set()
         # the model-local functions by (domain, name, overload), on the main graph (schema.set_local_functions)
         self.local_functions: dict[tuple[str, str, str], onnx.FunctionProto] = {}
         # live node names (with multiplicity) and op counts, kept as nodes come and go
@@ -511,7 +511,7 @@ class Graph:
         self._op_count: dict[str, int] = {}
         # the edits since the last take_changes (kept by the main graph for every graph of the model): id of the
         # graph and node index -> "+" (added), "-" (removed), "~" (rewired), with the node's name and op
-        self._journal: dict[tuple[int, int], tuple[str, str, str]] = {}
+        self._journal: dict[tuple[int, NodeIndex], tuple[str, str, str]] = {}
         # graph interface
         self.inputs: list[onnx.ValueInfoProto] = []
         self.outputs: list[onnx.ValueInfoProto] = []
@@ -582,7 +582,7 @@ class Graph:
         self._pass_began_at: tuple[int, ...] | None = None
         self._node_types: dict[tuple[str, int], onnx.TypeProto | None] = {}
         # node index -> what node_proto made of the node, with the node's fields it was made from
-        self._node_protos: dict[int, tuple[Any, ...]] = {}
+        self._node_protos: dict[NodeIndex, tuple[Any, ...]] = {}
 
     def clone(self, parent: Graph | None = None, parent_node: Node | None = None) -> Graph:
         """An independent copy (nodes, edges, values, initializers, names, counters, the types inferred so far;
@@ -664,11 +664,11 @@ class Graph:
     def __len__(self) -> int:
         return len(self._nodes)
 
-    def node(self, index: int) -> Node | None:
+    def node(self, index: NodeIndex) -> Node | None:
         """The live node with that index, or None if it was removed."""
         return self._nodes.get(index)
 
-    def live(self) -> Mapping[int, Node]:
+    def live(self) -> Mapping[NodeIndex, Node]:
         """The live nodes by index, as a read-only view kept current (``index in graph.live()`` asks what
         :meth:`node` asks, without a call: a visit loop asks it of every node)."""
         return types.MappingProxyType(self._nodes)
@@ -712,7 +712,7 @@ class Graph:
         assert position is not None
         return [nodes[i] for i in sorted(wanted, key=position.__getitem__)]
 
-    def _current_order(self) -> list[int]:
+    def _current_order(self) -> list[NodeIndex]:
         order = self._order
         if order is None:  # computed once per structure: every node or edge change resets it
             order = self._order = ort_order_of_adjacency(self._nodes, self._pred, self._succ)
@@ -845,7 +845,7 @@ class Graph:
         else:
             found.add(node.index)
 
-    def _nx_add(self, index: int) -> None:
+    def _nx_add(self, index: NodeIndex) -> None:
         # networkx's MultiDiGraph.add_node, its adjacency reached directly (as _rewire_inputs does for edges)
         self._succ[index] = {}
         self._pred[index] = {}
@@ -1008,7 +1008,7 @@ class Graph:
         journal, self._journal = self._journal, {}
         if not journal:
             return _NO_CHANGES  # (most pass applications change nothing; the record is immutable)
-        out: dict[str, list[tuple[int, str, str]]] = {"+": [], "-": [], "~": []}
+        out: dict[str, list[tuple[NodeIndex, str, str]]] = {"+": [], "-": [], "~": []}
         for (_, index), (kind, name, op) in journal.items():
             out[kind].append((index, name, op))
         return Changes(tuple(out["+"]), tuple(out["-"]), tuple(out["~"]))
@@ -1493,7 +1493,7 @@ class Graph:
     def _typed_as_loaded(
         self,
         node: Node,
-        index: int,
+        index: NodeIndex,
         seed: _PassSeed,
         defaults: dict[tuple[str, str], dict[str, onnx.AttributeProto]],
         made: dict[str, onnx.TypeProto | None],
@@ -2157,7 +2157,12 @@ class Graph:
             self._wire_reads(index, [value], succ, preds, slot)
 
     def _wire_reads(
-        self, index: int, inputs: list[str], succ: dict[int, dict[int, Any]], preds: dict[int, Any], first: int = 0
+        self,
+        index: NodeIndex,
+        inputs: list[str],
+        succ: dict[NodeIndex, dict[NodeIndex, Any]],
+        preds: dict[NodeIndex, Any],
+        first: int = 0,
     ) -> None:
         """Node ``index`` reads ``inputs`` (explicit, then implicit, by slot from ``first``): it joins each value's
         readers, and an edge per (producer slot, reader slot) goes into networkx's adjacency, reached directly

@@ -64,7 +64,7 @@ import numpy as np
 import onnx
 
 from qdqopt.events import NoMatch
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, NodeIndex
 from qdqopt.passes.graph_utils import (
     EdgeToMatch,
     add_cast,
@@ -204,7 +204,7 @@ def validate_add_bias_initializer(graph: Graph, add: Node, hidden: int) -> bool:
     return is_initializer(graph, name) and validate_shape(graph, name, [hidden])
 
 
-def check_distil_bert_reshape_shape(graph: Graph, reshape: Node, hidden: int) -> int | None:
+def check_distil_bert_reshape_shape(graph: Graph, reshape: Node, hidden: int) -> NodeIndex | None:
     """``CheckDistilBertReshapeShape``: the index of the Unsqueeze the output Reshape's Concat reads first, or None
     when its shape is not ``Concat(Unsqueeze, [-1], [W])``."""
     concat = input_node(graph, reshape, 1)

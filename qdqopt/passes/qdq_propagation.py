@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, NodeIndex
 from qdqopt.graph.stdhash import StdUnorderedMap
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import node_produces_graph_output
@@ -108,7 +108,7 @@ class QDQPropagationTransformer(GraphTransformer):
 
 
 # ---------------------------------------------------------------------------------------------------- edges
-def _node(graph: Graph, index: int) -> Node:
+def _node(graph: Graph, index: NodeIndex) -> Node:
     node = graph.node(index)
     assert node is not None
     return node
