@@ -233,6 +233,41 @@ def test_write_model_is_save_model(tmp_path: Path, level: Level, shuffled: bool)
     assert buffer.getvalue() == expected
 
 
+class _Stream(io.BytesIO):
+    """A binary file object that cannot be sought (a pipe's)."""
+
+    def seekable(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("odd", ["short raw data", "unknown field", "doc string"])
+def test_write_model_when_a_weight_is_not_as_its_fields_say(tmp_path: Path, odd: str) -> None:
+    """``write_model`` computes a large weight's size from its fields; a weight whose raw data is shorter than its
+    dims say, or which keeps a field the tensor does not know, makes that size wrong: the file is written again,
+    each size counted, and the bytes are still ``save_model``'s (into a stream that cannot be sought, every size is
+    counted at once). A doc string the loader drops (as ORT does) leaves it right."""
+    model = _model()
+    big = next(t for t in model.graph.initializer if t.name == "unused_big")
+    model.graph.node.append(helper.make_node("Identity", ["unused_big"], ["big_out"]))
+    model.graph.output.append(helper.make_tensor_value_info("big_out", TP.FLOAT, None))
+    if odd == "short raw data":
+        big.raw_data = big.raw_data[:-4]
+    elif odd == "doc string":
+        big.doc_string = "kept"
+    elif odd == "unknown field":  # field 99, a varint: parsed, the tensor keeps it as a field it does not know
+        big.CopyFrom(onnx.TensorProto.FromString(big.SerializeToString() + b"\x98\x06\x01"))
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    loaded = load_model(path)
+    expected = save_model(loaded).SerializeToString()
+    out = tmp_path / "out.onnx"
+    assert write_model(loaded, out) == len(expected)
+    assert out.read_bytes() == expected
+    stream = _Stream()
+    assert write_model(loaded, stream) == len(expected)
+    assert stream.getvalue() == expected
+
+
 def test_result_save_is_optimize_output(tmp_path: Path) -> None:
     """The Python API's file path (``run(...).save(path)``) writes what ``result.model`` serialises to, without
     making that ModelProto, with the umask's mode."""

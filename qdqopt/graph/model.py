@@ -1170,26 +1170,87 @@ def write_model(model: Model, target: str | os.PathLike[str] | BinaryIO) -> int:
 
 
 def _write_model(model: Model, target: BinaryIO) -> int:
-    """:func:`write_model` into a binary file object."""
+    """:func:`write_model` into a binary file object.
+
+    The graph's length comes before its initializers, so each initializer's size is known before any is written.
+    ``ByteSize`` counts by encoding (upb's), a copy of the weight's bytes: into a file that can be sought, a large
+    weight's size is computed from its fields instead (:func:`_predicted_size`), and checked against the bytes
+    written; should one be wrong (raw data of another length than its dims say), the file is written again from
+    where it started, each size counted."""
     out, initializers = _save_parts(model)
     graph_head, graph_tail = _split_serialized(out.graph, "initializer")
     out.ClearField("graph")
     model_head, model_tail = _split_serialized(out, "graph")
-    sizes = [t.ByteSize() for t in initializers]
+    parts = (model_head, graph_head, graph_tail, model_tail)
+    start = target.tell() if target.seekable() else None
+    if start is not None:
+        predicted = [_predicted_size(t) for t in initializers]
+        sizes = [t.ByteSize() if size is None else size for t, size in zip(initializers, predicted, strict=True)]
+        written = _write_parts(target, parts, initializers, sizes)
+        if written is not None:
+            return written
+        target.seek(start)
+        target.truncate()
+    written = _write_parts(target, parts, initializers, [t.ByteSize() for t in initializers])
+    if written is None:
+        raise AssertionError("an initializer's bytes are not as long as its ByteSize")
+    return written
+
+
+def _write_parts(
+    target: BinaryIO, parts: tuple[bytes, bytes, bytes, bytes], initializers: list[onnx.TensorProto], sizes: list[int]
+) -> int | None:
+    """Write the model's bytes: the parts around its graph and its graph's initializers (``parts``: the model's
+    fields before the graph and after it, the graph's before its initializers and after them), the initializers of
+    the sizes ``sizes``; the number of bytes, or None when an initializer's bytes are not of its size (what was
+    written is then not a model)."""
+    model_head, graph_head, graph_tail, model_tail = parts
     graph_size = len(graph_head) + len(graph_tail)
     graph_size += sum(len(_GRAPH_INITIALIZER_TAG) + len(_varint(size)) + size for size in sizes)
     written = 0
     for part in (model_head, _MODEL_GRAPH_TAG, _varint(graph_size), graph_head):
         written += target.write(part)
     for tensor, size in zip(initializers, sizes, strict=True):
-        written += target.write(_GRAPH_INITIALIZER_TAG) + target.write(_varint(size))
         data = tensor.SerializeToString()
         if len(data) != size:
-            raise AssertionError(f"initializer {tensor.name!r}: {len(data)} bytes serialised, {size} announced")
+            return None
+        written += target.write(_GRAPH_INITIALIZER_TAG) + target.write(_varint(size))
         written += target.write(data)
     for part in (graph_tail, model_tail):
         written += target.write(part)
     return written
+
+
+def _predicted_size(tensor: onnx.TensorProto) -> int | None:
+    """``tensor.ByteSize()`` computed from its fields, for a weight of :data:`RAW_THRESHOLD_BYTES` or more in raw
+    data, as the loader leaves one (:func:`_normalise_initializer`: name, type, dims and raw data only), its raw data
+    as long as its dims and type say; None for any other tensor. Not checked here: :func:`_write_model` compares it
+    with the bytes it writes (another field set, or raw data of another length, makes it wrong)."""
+    if not tensor.HasField("raw_data"):
+        return None
+    length = _byte_size(tensor)
+    if length < RAW_THRESHOLD_BYTES:
+        return None
+    size = 1 + _varint_length(length) + length  # raw_data (field 9: one byte of tag)
+    if tensor.HasField("name"):
+        name = len(tensor.name.encode("utf-8"))
+        size += 1 + _varint_length(name) + name
+    if tensor.HasField("data_type"):
+        size += 1 + _varint_length(tensor.data_type)
+    for dim in tensor.dims[:]:  # (proto2: each dim a field of its own, not packed)
+        size += 1 + _varint_length(dim)
+    return size
+
+
+def _varint_length(value: int) -> int:
+    """The bytes of ``value`` as a protobuf varint (a negative one is written in 10, as a 64-bit two's complement)."""
+    if value < 0:
+        return 10
+    length = 1
+    while value >= 0x80:
+        value >>= 7
+        length += 1
+    return length
 
 
 _MODEL_GRAPH_TAG = bytes([_MODEL_GRAPH << 3 | _LENGTH_DELIMITED])

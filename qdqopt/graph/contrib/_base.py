@@ -367,15 +367,31 @@ def _shape_type(dims: Sequence[Dim]) -> onnx.TypeProto:
     return out
 
 
-def _onnx_infer(op_type: str, opset: int, shapes: Sequence[Sequence[Dim]], **attrs: Any) -> list[Dim] | None:
-    """The output shape ONNX's own ``op_type`` inference gives float operands of these shapes."""
-    names = [f"i{i}" for i in range(len(shapes))]
-    node = onnx.helper.make_node(op_type, names, ["o"], **attrs)
-    types = {name: _shape_type(dims) for name, dims in zip(names, shapes, strict=True)}
-    if op_type == "Where":
-        types["i0"].tensor_type.elem_type = onnx.TensorProto.BOOL
-    result = onnx.shape_inference.infer_node_outputs(onnx.defs.get_schema(op_type, opset), node, types).get("o")
-    if result is None or not result.tensor_type.HasField("shape"):
+@functools.cache
+def _inference_call(op_type: str, opset: int, arity: int) -> tuple[onnx.defs.OpSchema, bytes]:
+    """The schema and the serialised node (inputs ``i0``..., output ``o``) :func:`_onnx_infer` hands ONNX, made
+    once."""
+    node = onnx.NodeProto(op_type=op_type, input=[f"i{i}" for i in range(arity)], output=["o"])
+    return onnx.defs.get_schema(op_type, opset), node.SerializeToString()
+
+
+def _onnx_infer(op_type: str, opset: int, shapes: Sequence[Sequence[Dim]]) -> list[Dim] | None:
+    """The output shape ONNX's own ``op_type`` inference gives float operands of these shapes (``Where``: a bool
+    condition first): ``onnx.shape_inference.infer_node_outputs`` without its wrapper, which serialises the node
+    and looks the schema up at each call (a QLinearAdd's inference spent three quarters of its time there)."""
+    schema, node = _inference_call(op_type, opset, len(shapes))
+    types: dict[str, bytes] = {}
+    for i, dims in enumerate(shapes):
+        type_proto = _shape_type(dims)
+        if op_type == "Where" and i == 0:
+            type_proto.tensor_type.elem_type = onnx.TensorProto.BOOL
+        types[f"i{i}"] = type_proto.SerializeToString()
+    # (opset imports and IR version: the binding takes them, its stub does not say so)
+    found = schema._infer_node_outputs(node, types, {}, {}, {}, onnx.IR_VERSION).get("o")  # type: ignore[call-arg]
+    if found is None:
+        return None
+    result = onnx.TypeProto.FromString(found)
+    if not result.tensor_type.HasField("shape"):
         return None
     return result.tensor_type.shape.dim[:]  # type: ignore[no-any-return]
 
