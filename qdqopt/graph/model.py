@@ -1078,9 +1078,13 @@ def _constant_to_tensor(node: onnx.NodeProto) -> onnx.TensorProto:
 
 def _byte_size(tensor: onnx.TensorProto) -> int:
     count = _int64_product(tensor.dims[:])
-    if tensor.data_type in _FOUR_BIT:
+    data_type = tensor.data_type
+    item = _RAW_ITEM_SIZES.get(data_type)
+    if item is not None:
+        return count * item
+    if data_type in _FOUR_BIT:
         return (count * 4 + 7) // 8
-    return count * _item_size(tensor.data_type)
+    return count * _item_size(data_type)
 
 
 def _int64_product(dims: Iterable[int]) -> int:
@@ -1088,7 +1092,12 @@ def _int64_product(dims: Iterable[int]) -> int:
     count = 1
     for dim in dims:
         count *= dim
+    if -_SMALL < count < _SMALL:  # (no wrapping to do: compiled, integers this small are native)
+        return count
     return (count + _INT64_WRAP) % (2 * _INT64_WRAP) - _INT64_WRAP
+
+
+_SMALL = 1 << 60
 
 
 _INT64_WRAP = 1 << 63
@@ -1455,10 +1464,9 @@ def _save_parts(model: Model) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
     # ORT's Resolve re-infers every type after the rewrites: infer on the rewritten graph (with its weights' dims,
     # not their data), then save it with those types
     subgraphs = _has_subgraphs(model.graph)
+    inference_model = _current_inference_model(out, model.graph, known_types, set(pinned))
     with KnownAttributes({} if subgraphs else _contrib_nodes(model.graph)):
-        fresh = _infer_types(
-            _current_inference_model(out, model.graph, known_types, set(pinned)), owned=True, subgraphs=subgraphs
-        )
+        fresh = _infer_types(inference_model, owned=True, subgraphs=subgraphs)
     types = dict(fresh)
     exact: set[str] = set(pinned)
     g = model.graph
@@ -1475,8 +1483,16 @@ def _save_parts(model: Model) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
             exact.add(name)
         else:
             types[name] = fill_unknown(known, inferred)
-    _fill_graph(out.graph, model.graph, types, regenerate=True, exact=exact, initializers=False)
-    return out, _saved_initializers(model.graph, regenerate=True)
+    if subgraphs or _has_unknown_fields(out):
+        _fill_graph(out.graph, model.graph, types, regenerate=True, exact=exact, initializers=False)
+        return out, _saved_initializers(model.graph, regenerate=True)
+    # the inference model holds out's fields and the nodes to save (inference edits none without subgraphs): its
+    # graph is filled again around them, and saved (each node is then copied once, not twice)
+    gp = inference_model.graph
+    for name in ("input", "output", "value_info", "initializer", "sparse_initializer"):
+        gp.ClearField(name)
+    _fill_graph(gp, model.graph, types, regenerate=True, exact=exact, initializers=False, nodes=False)
+    return inference_model, _saved_initializers(model.graph, regenerate=True)
 
 
 def _contrib_nodes(graph: Graph) -> dict[str, KnownNode]:
@@ -1617,9 +1633,11 @@ def _fill_graph(
     regenerate: bool | None = None,
     exact: Collection[str] = (),
     initializers: bool = True,
+    nodes: bool = True,
 ) -> None:
     """:func:`save_graph` into the empty ``gp`` (each initializer is copied once, into its place in the saved model);
-    without ``initializers``, the graph's own are left out (its subgraphs' are not)."""
+    without ``initializers``, the graph's own are left out (its subgraphs' are not); without ``nodes`` (``gp`` holds
+    them already, regenerated), the nodes are left out."""
     types = value_types or {}
     regen = any_modified(graph) if regenerate is None else regenerate
     gp.name = graph.name
@@ -1642,10 +1660,11 @@ def _fill_graph(
                 gp.value_info.append(_bare_value_info(declared[name], types, exact))
             else:
                 gp.value_info.append(_outer_value_info(graph, name, types))
-        gp.node.extend(
-            node_to_proto(node, types, regenerate=True, exact=exact) if node.subgraphs else graph.node_proto(node)
-            for node in graph.topological_order()
-        )
+        if nodes:
+            gp.node.extend(
+                node_to_proto(node, types, regenerate=True, exact=exact) if node.subgraphs else graph.node_proto(node)
+                for node in graph.topological_order()
+            )
     if initializers:
         gp.initializer.extend(_saved_initializers(graph, regenerate=regen))
     gp.sparse_initializer.extend(graph.sparse_initializers)
