@@ -424,25 +424,7 @@ def test_known_attributes_infer_as_the_context_does(case: str) -> None:
     model.CopyFrom(CASES[case])
     node = model.graph.node[0]
     node.name = "the node"
-    known = {display_name(node.op_type, node.domain, node.name): ({a.name: a for a in node.attribute}, ())}
-    assert _infer_with(model, known) == _infer_with(model, None)
-
-
-@pytest.mark.parametrize("case", list(CASES))
-def test_known_input_types_infer_as_the_context_does(case: str) -> None:
-    """The save's inference also hands over the types of the inputs that are initializers (their element type and
-    dims, as ONNX's inference types them), and the contrib inference functions do not ask the context for those:
-    the types are the same."""
-    from qdqopt.graph.model import _tensor_type
-
-    model = onnx.ModelProto()
-    model.CopyFrom(CASES[case])
-    node = model.graph.node[0]
-    node.name = "the node"
-    inits = {t.name: t for t in model.graph.initializer}
-    types = [_tensor_type(inits[name]) if name in inits else None for name in node.input]
-    assert any(t is not None for t in types) or not inits, "a case with initializers hands over their types"
-    known = {display_name(node.op_type, node.domain, node.name): ({a.name: a for a in node.attribute}, types)}
+    known = {display_name(node.op_type, node.domain, node.name): {a.name: a for a in node.attribute}}
     assert _infer_with(model, known) == _infer_with(model, None)
 
 
@@ -462,10 +444,10 @@ def test_known_attributes_are_read_only_for_the_node_they_name() -> None:
     }
     as_given = _infer_with(model, None)
     assert as_given[0] == "y: UINT8[1,6,6,4]", as_given
-    assert _infer_with(model, {display_name("QLinearConv", MS, "conv"): (strided, ())})[0] == "y: UINT8[1,3,3,4]"
+    assert _infer_with(model, {display_name("QLinearConv", MS, "conv"): strided})[0] == "y: UINT8[1,3,3,4]"
     for other in (
         display_name("QLinearAdd", MS, "conv"),
         display_name("QLinearConv", "com.other", "conv"),
         display_name("QLinearConv", MS, "conv2"),
     ):
-        assert _infer_with(model, {other: (strided, ())}) == as_given, other
+        assert _infer_with(model, {other: strided}) == as_given, other

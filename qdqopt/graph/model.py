@@ -32,7 +32,7 @@ import functools
 import io
 import os
 import tempfile
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, TypeVar
@@ -46,7 +46,7 @@ from onnx import numpy_helper
 
 from qdqopt.errors import ModelError
 from qdqopt.graph import inference
-from qdqopt.graph.contrib._base import KnownAttributes, KnownNode, display_name
+from qdqopt.graph.contrib._base import KnownAttributes, display_name
 from qdqopt.graph.core import CollectionPaused, Graph, Node, node_proto_head, tensor_array
 from qdqopt.graph.inference import (
     fill_unknown,
@@ -169,7 +169,7 @@ def _read_whole(path: Path) -> tuple[onnx.ModelProto, Path, bool, Nested, bytes 
         raise ModelError(f"{path}: not an ONNX model (no graph)")
     base = path.resolve().parent
     stripped = _without_initializers(data) if fmt == "protobuf" and len(data) < SPLIT_READ_BYTES else None
-    nested = _nested_graphs(proto.graph) if stripped is None or _nodes_hold_graphs(stripped) else []
+    nested = _nested_graphs(proto.graph)
     _check_external_locations(proto.graph, base, path, nested=nested)
     valid = fmt == "protobuf" and len(data) < SPLIT_READ_BYTES and _file_strings_valid(proto, data, stripped)
     return proto, base, valid, nested, stripped
@@ -185,66 +185,6 @@ def _file_strings_valid(proto: onnx.ModelProto, data: bytes, stripped: bytes | N
     if stripped is None:
         return _utf8_bytes_valid(onnx.ModelProto, data)
     return _utf8_bytes_valid(onnx.ModelProto, stripped) and all(_strings_valid(t) for t in proto.graph.initializer)
-
-
-def _nodes_hold_graphs(data: bytes) -> bool:
-    """Whether a node of the main graph of the serialised ModelProto ``data`` may hold a graph: an attribute of one has
-    the field ``g`` or ``graphs`` (what :func:`subgraph_protos` reads), found on the wire; True also where the bytes
-    are not as expected (the parsed nodes are then asked). Reading the wire costs a fifth of asking every attribute."""
-    try:
-        for graph_start, graph_end in _length_delimited(data, 0, len(data), _MODEL_GRAPH):
-            for node_start, node_end in _length_delimited(data, graph_start, graph_end, _GRAPH_NODE):
-                for attr_start, attr_end in _length_delimited(data, node_start, node_end, _NODE_ATTRIBUTE):
-                    if _length_delimited(data, attr_start, attr_end, _ATTRIBUTE_G, _ATTRIBUTE_GRAPHS):
-                        return True
-    except _NotSplittable:
-        return True
-    return False
-
-
-def _length_delimited(data: bytes, pos: int, end: int, number: int, other: int = 0) -> list[tuple[int, int]]:
-    """Where the value of each length-delimited field ``number`` (or ``other``) of the message ``data[pos:end]``
-    starts and ends. Raises :class:`_NotSplittable` where the bytes are not a message's."""
-    out: list[tuple[int, int]] = []
-    while pos < end:
-        tag = data[pos]
-        if tag < 0x80:  # (a one-byte varint: every tag below field 16)
-            pos += 1
-        else:
-            tag, pos = _wire_varint(data, pos)
-        wire_type = tag & 7
-        if wire_type == _LENGTH_DELIMITED:
-            length = data[pos] if pos < end else 0x80
-            if length < 0x80:
-                pos += 1
-            else:
-                length, pos = _wire_varint(data, pos)
-            start, pos = pos, pos + length
-            if tag >> 3 == number or (other and tag >> 3 == other):
-                out.append((start, pos))
-        elif wire_type == 0:
-            pos = _wire_varint(data, pos)[1]
-        elif wire_type == 1:
-            pos += 8
-        elif wire_type == 5:
-            pos += 4
-        else:
-            raise _NotSplittable("wire type")
-    if pos != end:
-        raise _NotSplittable("truncated")
-    return out
-
-
-def _wire_varint(data: bytes, pos: int) -> tuple[int, int]:
-    """The varint at ``data[pos]`` and the position after it."""
-    value = shift = 0
-    for i in range(pos, min(pos + 10, len(data))):
-        byte = data[i]
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, i + 1
-        shift += 7
-    raise _NotSplittable("bad varint")
 
 
 def _without_initializers(data: bytes) -> bytes | None:
@@ -713,10 +653,6 @@ def _copy(proto: _P) -> _P:
 
 _MODEL_GRAPH = 7  # ModelProto.graph
 _GRAPH_INITIALIZER = 5  # GraphProto.initializer
-_GRAPH_NODE = 1  # GraphProto.node
-_NODE_ATTRIBUTE = 5  # NodeProto.attribute
-_ATTRIBUTE_G = 6  # AttributeProto.g
-_ATTRIBUTE_GRAPHS = 11  # AttributeProto.graphs
 _LENGTH_DELIMITED = 2
 
 
@@ -1465,7 +1401,7 @@ def _save_parts(model: Model) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
     # not their data), then save it with those types
     subgraphs = _has_subgraphs(model.graph)
     inference_model = _current_inference_model(out, model.graph, known_types, set(pinned))
-    with KnownAttributes({} if subgraphs else _contrib_nodes(model.graph)):
+    with KnownAttributes({} if subgraphs else _contrib_attributes(model.graph)):
         fresh = _infer_types(inference_model, owned=True, subgraphs=subgraphs)
     types = dict(fresh)
     exact: set[str] = set(pinned)
@@ -1495,38 +1431,21 @@ def _save_parts(model: Model) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
     return inference_model, _saved_initializers(model.graph, regenerate=True)
 
 
-def _contrib_nodes(graph: Graph) -> dict[str, KnownNode]:
-    """The attributes of ``graph``'s named nodes outside the ONNX domain, and the types of their inputs that are
-    initializers, by display name, for :class:`KnownAttributes` (the contrib ops' inference functions read them
-    there); a display name two nodes share is left out. An initializer's type is the one ONNX's inference gives it
-    from the tensor (element type and dims) when no graph input, output or value_info entry names it (those are
-    asked of ONNX's context)."""
-    found: dict[str, KnownNode] = {}
+def _contrib_attributes(graph: Graph) -> dict[str, Mapping[str, onnx.AttributeProto]]:
+    """The attributes of ``graph``'s named nodes outside the ONNX domain, by display name, for
+    :class:`KnownAttributes` (the contrib ops' inference functions read them there); a display name two nodes share
+    is left out."""
+    found: dict[str, Mapping[str, onnx.AttributeProto]] = {}
     shared: set[str] = set()
-    typed: dict[str, onnx.TypeProto | None] = {}
-    declared = graph.value_info_names
     for node in graph.nodes():
         if node.name and normalize_domain(node.domain):
             key = display_name(node.op_type, node.domain, node.name)
             if key in found:
                 shared.add(key)
-            types: list[onnx.TypeProto | None] = []
-            for value in node.inputs:
-                if value not in typed:
-                    tensor = graph.initializer(value) if value else None
-                    declares = value in declared or value in graph.input_index() or graph.is_graph_output(value)
-                    typed[value] = None if tensor is None or declares else _tensor_type(tensor)
-                types.append(typed[value])
-            found[key] = (node.attributes, types)
+            found[key] = node.attributes
     for key in shared:
         del found[key]
     return found
-
-
-def _tensor_type(tensor: onnx.TensorProto) -> onnx.TypeProto:
-    """The type ONNX's inference gives an initializer: its element type and its dims (a shape, empty for a
-    scalar)."""
-    return tensor_type_proto(tensor.data_type, tensor.dims[:])
 
 
 def _current_inference_model(

@@ -69,23 +69,16 @@ def unknown_dim() -> Dim:
 _known = threading.local()
 
 
-#: what :class:`KnownAttributes` holds for one node: its attributes, and the type of each input known beforehand
-#: (None: asked of the context)
-KnownNode = tuple[Mapping[str, onnx.AttributeProto], Sequence[onnx.TypeProto | None]]
-
-
 class KnownAttributes:
     """``with KnownAttributes(nodes):`` the inference functions read the attributes of the nodes ``nodes`` holds
     (the protos of each NodeProto, by the node's display name: :func:`display_name`) from there, not from the
     ``InferenceContext``, where each attribute asked crosses from C++ as a new proto (about 3 µs; a QLinearConv asks
-    five or six), and so the types of the inputs it knows (an initializer's, which is the type ONNX's inference gives
-    it where no graph input or value_info names it: its element type and dims). A node whose display name ``nodes``
-    lacks asks the context as before, so ``nodes`` must hold only display names one node has. Per thread, restored
-    on exit."""
+    five or six). A node whose display name ``nodes`` lacks asks the context as before, so ``nodes`` must hold only
+    display names one node has. Per thread, restored on exit."""
 
-    def __init__(self, nodes: Mapping[str, KnownNode]) -> None:
+    def __init__(self, nodes: Mapping[str, Mapping[str, onnx.AttributeProto]]) -> None:
         self.nodes = nodes
-        self.previous: Mapping[str, KnownNode] | None = None
+        self.previous: Mapping[str, Mapping[str, onnx.AttributeProto]] | None = None
 
     def __enter__(self) -> None:
         self.previous = getattr(_known, "nodes", None)
@@ -101,9 +94,9 @@ def display_name(op_type: str, domain: str, name: str) -> str:
     return f"node {op_type}[{domain}] ({name})" if domain else f"node {op_type} ({name})"
 
 
-def _known_node(ctx: onnx.shape_inference.InferenceContext) -> KnownNode | None:
-    """What :class:`KnownAttributes` holds for the node ``ctx`` infers, or None."""
-    nodes: Mapping[str, KnownNode] | None = getattr(_known, "nodes", None)
+def _known_attributes(ctx: onnx.shape_inference.InferenceContext) -> Mapping[str, onnx.AttributeProto] | None:
+    """The attributes :class:`KnownAttributes` holds for the node ``ctx`` infers, or None."""
+    nodes: Mapping[str, Mapping[str, onnx.AttributeProto]] | None = getattr(_known, "nodes", None)
     return nodes.get(str(ctx.get_display_name())) if nodes else None
 
 
@@ -124,16 +117,17 @@ class Node:
     :func:`_run` makes): an inference function never edits a Dim it did not create (``Dim()``, :func:`dim_value`).
     """
 
-    def __init__(self, ctx: onnx.shape_inference.InferenceContext, known: KnownNode | None = None) -> None:
+    def __init__(
+        self, ctx: onnx.shape_inference.InferenceContext, attributes: Mapping[str, onnx.AttributeProto] | None = None
+    ) -> None:
         self.ctx = ctx
         self.outputs: dict[int, Inferred] = {}
         # what the context answered (each answer crosses from C++ as a new proto; the inputs do not change while
-        # an inference function runs): input types by index, attributes by name, unless ``known`` gives the node's
-        # attributes, all of them, and the types of some inputs (:class:`KnownAttributes`: never edited here)
+        # an inference function runs): input types by index, attributes by name, unless ``attributes`` gives the
+        # node's attributes, all of them (:class:`KnownAttributes`: never edited here)
         self._input_types: dict[int, onnx.TypeProto | None] = {}
         self._attributes: dict[str, onnx.AttributeProto | None] = {}
-        self._given = known[0] if known is not None else None
-        self._given_types = known[1] if known is not None else ()
+        self._given = attributes
         self.num_inputs = int(ctx.get_num_inputs())
         self.num_outputs = int(ctx.get_num_outputs())
 
@@ -143,9 +137,7 @@ class Node:
         if index in self._input_types:
             return self._input_types[index]
         found: onnx.TypeProto | None = None
-        if index < len(self._given_types) and self._given_types[index] is not None:
-            found = self._given_types[index]
-        elif index < self.num_inputs and self.ctx.has_input(index):
+        if index < self.num_inputs and self.ctx.has_input(index):
             found = self.ctx.get_input_type(index)
             if found is not None and found.WhichOneof("value") is None:
                 found = None
@@ -555,7 +547,7 @@ class _Rule:
 
 
 def _run(spec: OpSpec, rule: _Rule, ctx: onnx.shape_inference.InferenceContext) -> None:
-    node = Node(ctx, _known_node(ctx))
+    node = Node(ctx, _known_attributes(ctx))
     spec.infer(node)
     bound: dict[str, int | None] = {}
     for index in range(node.num_outputs):
