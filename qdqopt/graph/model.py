@@ -168,10 +168,11 @@ def _read_whole(path: Path) -> tuple[onnx.ModelProto, Path, bool, Nested, bytes 
     if not proto.HasField("graph"):
         raise ModelError(f"{path}: not an ONNX model (no graph)")
     base = path.resolve().parent
-    stripped = _without_initializers(data) if fmt == "protobuf" and len(data) < SPLIT_READ_BYTES else None
+    small = fmt == "protobuf" and len(data) < SPLIT_READ_BYTES  # (a file read whole, its UTF-8 checked on the wire)
+    stripped = _without_initializers(data) if small else None
     nested = _nested_graphs(proto.graph)
     _check_external_locations(proto.graph, base, path, nested=nested)
-    valid = fmt == "protobuf" and len(data) < SPLIT_READ_BYTES and _file_strings_valid(proto, data, stripped)
+    valid = small and _file_strings_valid(proto, data, stripped)
     return proto, base, valid, nested, stripped
 
 
@@ -1214,8 +1215,7 @@ def _write_model(model: Model, target: BinaryIO) -> int:
     parts = (model_head, graph_head, graph_tail, model_tail)
     start = target.tell() if target.seekable() else None
     if start is not None:
-        predicted = [_predicted_size(t) for t in initializers]
-        sizes = [t.ByteSize() if size is None else size for t, size in zip(initializers, predicted, strict=True)]
+        sizes = [_predicted_size(t) or t.ByteSize() for t in initializers]  # (a predicted size is never 0)
         written = _write_parts(target, parts, initializers, sizes)
         if written is not None:
             return written
@@ -1261,9 +1261,7 @@ def _predicted_size(tensor: onnx.TensorProto) -> int | None:
     if item is None:
         return None
     dims = tensor.dims[:]
-    length = item
-    for dim in dims:
-        length *= dim
+    length = _int64_product(dims) * item
     if length < RAW_THRESHOLD_BYTES or not tensor.HasField("raw_data"):
         return None
     size = 1 + _varint_length(length) + length  # raw_data (field 9: one byte of tag)
@@ -1279,29 +1277,29 @@ def _predicted_size(tensor: onnx.TensorProto) -> int | None:
     return size
 
 
-#: the element types whose raw data is ``itemsize`` bytes an element (none packs several in a byte), by their size
+#: the element types whose raw data is whole bytes an element (none packs several in a byte), by their size in bytes
 _RAW_ITEM_SIZES: dict[int, int] = {
-    int(getattr(onnx.TensorProto, name)): size
-    for name, size in (
-        ("FLOAT", 4),
-        ("UINT8", 1),
-        ("INT8", 1),
-        ("UINT16", 2),
-        ("INT16", 2),
-        ("INT32", 4),
-        ("INT64", 8),
-        ("BOOL", 1),
-        ("FLOAT16", 2),
-        ("DOUBLE", 8),
-        ("UINT32", 4),
-        ("UINT64", 8),
-        ("COMPLEX64", 8),
-        ("COMPLEX128", 16),
-        ("BFLOAT16", 2),
-        ("FLOAT8E4M3FN", 1),
-        ("FLOAT8E4M3FNUZ", 1),
-        ("FLOAT8E5M2", 1),
-        ("FLOAT8E5M2FNUZ", 1),
+    int(getattr(onnx.TensorProto, name)): _item_size(int(getattr(onnx.TensorProto, name)))
+    for name in (
+        "FLOAT",
+        "UINT8",
+        "INT8",
+        "UINT16",
+        "INT16",
+        "INT32",
+        "INT64",
+        "BOOL",
+        "FLOAT16",
+        "DOUBLE",
+        "UINT32",
+        "UINT64",
+        "COMPLEX64",
+        "COMPLEX128",
+        "BFLOAT16",
+        "FLOAT8E4M3FN",
+        "FLOAT8E4M3FNUZ",
+        "FLOAT8E5M2",
+        "FLOAT8E5M2FNUZ",
     )
     if hasattr(onnx.TensorProto, name)
 }
@@ -1567,7 +1565,7 @@ def _fill_graph(
         gp.input.extend(graph.inputs)
         gp.output.extend(graph.outputs)
         gp.value_info.extend(graph.value_info)
-        for node in graph.nodes():
+        for node in graph.nodes() if nodes else ():
             gp.node.append(_original_node_proto(node, types))
     else:
         gp.input.extend(_bare_value_info(v, types, exact) for v in graph.inputs)
