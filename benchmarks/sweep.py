@@ -95,7 +95,7 @@ def _time_child(which: str, path: Path, level: str) -> float:
         "    run_pipeline(model, lvl)\n"
         "    write_atomic(model, Path(out))\n"
         "else:\n"
-        "    ort.InferenceSession(path, so, providers=['CPUExecutionProvider'])\n"
+        "    session = ort.InferenceSession(path, so, providers=['CPUExecutionProvider'])\n"
         "print(json.dumps(time.perf_counter() - start))\n"
         "os.unlink(out)\n"
         "os.rmdir(tmp)\n"
