@@ -1072,10 +1072,11 @@ class Graph:
         if last is not None and last[0] == src:
             return list(last[1])
         edges: list[Edge] = []
-        # (plain loops: a node has one or two edges, for which a comprehension's own frame costs more)
-        for dst, keys in self._succ[src].items():
-            for (src_slot, dst_slot), data in keys.items():
-                edges.append(_new_edge(Edge, (dst, src_slot, dst_slot, src, data["value"])))
+        # (plain loops: a node has one or two edges, for which a comprehension's own frame costs more; each edge's
+        # data holds its Edge, made when the edge was)
+        for keys in self._succ[src].values():
+            for data in keys.values():
+                edges.append(data["edge"])
         if len(edges) > 1:
             edges.sort()
         self._out_edges = (src, edges)
@@ -1089,9 +1090,9 @@ class Graph:
         if last is not None and last[0] == dst:
             return list(last[1])
         edges: list[Edge] = []
-        for src, keys in self._pred[dst].items():
-            for (src_slot, dst_slot), data in keys.items():
-                edges.append(_new_edge(Edge, (dst, src_slot, dst_slot, src, data["value"])))
+        for keys in self._pred[dst].values():
+            for data in keys.values():
+                edges.append(data["edge"])
         if len(edges) > 1:
             edges.sort(key=_INPUT_EDGE_KEY)
         self._in_edges = (dst, edges)
@@ -2182,7 +2183,7 @@ class Graph:
                 keys = succ[src].get(index)
                 if keys is None:
                     keys = succ[src][index] = preds[src] = {}
-                keys[(found[1], slot)] = {"value": value}
+                keys[(found[1], slot)] = _edge_data(index, found[1], slot, src, value)
 
     def _connect_consumers_of(self, value: str) -> None:
         """The edges carrying ``value`` made again (its producer changed): the readers' edges for other values stay
@@ -2214,7 +2215,7 @@ class Graph:
                     shared = succ[src].get(index)
                     if shared is None:
                         shared = succ[src][index] = preds[src] = {}
-                    shared[(src_slot, slot)] = {"value": value}
+                    shared[(src_slot, slot)] = _edge_data(index, src_slot, slot, src, value)
 
     def _disconnect_consumers_of(self, value: str) -> None:
         self._connect_consumers_of(value)
@@ -2268,6 +2269,12 @@ def _count_down(counts: dict[str, int], key: str) -> None:
 
 #: ``Edge(*fields)`` without the named tuple's Python-level ``__new__``
 _new_edge = tuple.__new__
+
+
+def _edge_data(dst: NodeIndex, src_slot: int, dst_slot: int, src: NodeIndex, value: str) -> dict[str, Any]:
+    """The data of an edge in networkx's adjacency: the value it carries, and the :class:`Edge` the edge queries
+    hand out (made once, with the edge: an edge's ends, slots and value never change while it exists)."""
+    return {"value": value, "edge": _new_edge(Edge, (dst, src_slot, dst_slot, src, value))}
 
 
 #: the order of one node's input edges: source node, source slot, input slot
