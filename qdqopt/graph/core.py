@@ -230,6 +230,25 @@ def _shape_dims(shape: onnx.TensorShapeProto, as_written: bool) -> ShapeDims:
     return dims
 
 
+#: what a TypeProto says, as :meth:`Graph.shape` and :meth:`Graph.elem_type` read it: the proto itself, its tensor
+#: element type (None when 0 or not a tensor), its dims as :func:`_shape_dims` reads them, then as written (None
+#: when not a tensor or without a shape)
+_TypeFacts = tuple[onnx.TypeProto, int | None, tuple[int | str | None, ...] | None, tuple[int | str | None, ...] | None]
+
+
+def _read_type_facts(found: onnx.TypeProto) -> _TypeFacts:
+    if found.WhichOneof("value") != "tensor_type":
+        return (found, None, None, None)
+    tensor = found.tensor_type
+    elem = int(tensor.elem_type) or None
+    if not tensor.HasField("shape"):
+        return (found, elem, None, None)
+    written = tuple(_shape_dims(tensor.shape, True))
+    # as read, a dim_param ONNX's inference invented (unk__<n>) is an unknown dim (:func:`_shape_dims`)
+    read = tuple(None if isinstance(d, str) and d.startswith("unk__") else d for d in written)
+    return (found, elem, read, written)
+
+
 def _declared_input_type(graph: Graph, name: str) -> onnx.TypeProto | None:
     if name not in graph.input_index():
         return None
@@ -548,6 +567,8 @@ class Graph:
         # NodeArg types, as Resolve infers them (filled by qdqopt.graph.inference.infer_types and the passes that type
         # the values they create)
         self._types: dict[str, onnx.TypeProto] = {}
+        # what each TypeProto read through _facts says, by the object's id (the object kept: its id stays its own)
+        self._type_facts: dict[int, _TypeFacts] = {}
         # NodeArg types a pass set outright (ORT's NodeArg::SetShape / SetType): what the saver writes for the value,
         # refined only by what the Resolves after that pass infer (see :meth:`pin_value_type`)
         self._pinned: dict[str, onnx.TypeProto] = {}
@@ -628,6 +649,7 @@ class Graph:
         new._generated_nodes = set(self._generated_nodes)
         new.original_nodes = list(self.original_nodes)
         new._types = dict(self._types)
+        new._type_facts = {}
         new._pinned = dict(self._pinned)
         new._kept = dict(self._kept)
         new._died = dict(self._died)
@@ -1279,9 +1301,11 @@ class Graph:
         if owner is not None and _declared_input_type(owner, value) is None:  # type_proto's first case, made short
             return [int(d) for d in owner._inits[value].dims]
         found = self.type_proto(value)
-        if found is None or found.WhichOneof("value") != "tensor_type" or not found.tensor_type.HasField("shape"):
+        if found is None:
             return None
-        return _shape_dims(found.tensor_type.shape, as_written)
+        facts = self._facts(found)
+        dims = facts[3] if as_written else facts[2]
+        return None if dims is None else [*dims]
 
     def elem_type(self, value: str, *, view: View = View.PASS) -> int | None:
         """``TypeAsProto()->tensor_type().elem_type()``: the value's element type (``TensorProto.DataType``), None
@@ -1295,9 +1319,7 @@ class Graph:
         if owner is not None and _declared_input_type(owner, value) is None:  # type_proto's first case, made short
             return int(owner._inits[value].data_type) or None
         found = self.type_proto(value)
-        if found is None or found.WhichOneof("value") != "tensor_type" or not found.tensor_type.elem_type:
-            return None
-        return int(found.tensor_type.elem_type)
+        return None if found is None else self._facts(found)[1]
 
     def type_proto(self, value: str) -> onnx.TypeProto | None:
         """``NodeArg::TypeAsProto()`` as a pass application sees it (``View.PASS``), or None.
@@ -1351,11 +1373,25 @@ class Graph:
             found = merge_declared(self, value, self._typed_dims(value))
         return found
 
+    def _facts(self, found: onnx.TypeProto) -> _TypeFacts:
+        """What the type ``found`` says (:data:`_TypeFacts`), read once per TypeProto object: the types the graph
+        holds are replaced, never edited in place, and reading a upb message's fields costs hundreds of
+        instructions each. Kept by the object's id with the object itself; forgotten in bulk when they outnumber
+        the graph's values four times over (old types, replaced since, are not kept alive for long)."""
+        memo = self._type_facts
+        key = id(found)
+        facts = memo.get(key)
+        if facts is not None and facts[0] is found:
+            return facts
+        if len(memo) >= 4 * (len(self._known_values) + 64):
+            memo.clear()
+        facts = memo[key] = _read_type_facts(found)
+        return facts
+
     def _typed_dims(self, value: str) -> list[int | None] | None:
         found = self.value_type(value)
-        if found is None or not found.HasField("tensor_type") or not found.tensor_type.HasField("shape"):
-            return None
-        return [int(d.dim_value) if d.HasField("dim_value") else None for d in found.tensor_type.shape.dim[:]]
+        dims = None if found is None else self._facts(found)[2]
+        return None if dims is None else [d if isinstance(d, int) else None for d in dims]
 
     def _data_elem_type(self, value: str, _depth: int = 0) -> int | None:
         """``View.DATA``'s element type: see :class:`View`. A value made since the last inference gets the type its
@@ -1378,9 +1414,7 @@ class Graph:
             if local is not None and local.HasField("tensor_type") and local.tensor_type.elem_type:
                 return int(local.tensor_type.elem_type)
         found = self._data_type(value)
-        if found is None or not found.HasField("tensor_type"):
-            return None
-        return int(found.tensor_type.elem_type) or None
+        return None if found is None else self._facts(found)[1]
 
     def _data_shape(self, value: str, as_written: bool = False) -> ShapeDims | None:
         """``View.DATA``'s shape: an initializer's dims (unless a graph input of that name declares the type), a graph
@@ -1392,13 +1426,13 @@ class Graph:
         if tensor is not None and declared is None:
             return [int(d) for d in tensor.dims[:]]
         found = declared.type if declared is not None else self._data_type(value)
-        if found is None or not found.HasField("tensor_type"):
-            if found is None and self.parent is not None and not self.defines(value):
+        if found is None:
+            if self.parent is not None and not self.defines(value):
                 return self.parent._data_shape(value, as_written)
             return None
-        if not found.tensor_type.HasField("shape"):
-            return None
-        return _shape_dims(found.tensor_type.shape, as_written)
+        facts = self._facts(found)
+        dims = facts[3] if as_written else facts[2]
+        return None if dims is None else [*dims]
 
     def _data_type(self, value: str) -> onnx.TypeProto | None:
         """The type the last inference with data gave the value; the inference runs (again) when the value has none
@@ -2074,7 +2108,7 @@ class Graph:
         if name in declared:
             return int(declared[name])
         found = self.value_type(name) if nested else self._types.get(name)
-        return int(found.tensor_type.elem_type) if found is not None and found.HasField("tensor_type") else 0
+        return (self._facts(found)[1] or 0) if found is not None else 0
 
     def _refresh_subgraph_reads(self) -> None:
         """Resolve's ``BuildConnections``: innermost graphs first, every node with subgraphs gets its implicit inputs
@@ -2355,6 +2389,7 @@ _CLONED_FIELDS = {
     "modified",
     "original_nodes",
     "_types",
+    "_type_facts",
     "_pinned",
     "_kept",
     "_died",
