@@ -217,36 +217,128 @@ def _shape_incomplete(found: onnx.TypeProto) -> bool:
     return any(not d.HasField("dim_value") and not d.dim_param for d in found.tensor_type.shape.dim[:])
 
 
-def _shape_dims(shape: onnx.TensorShapeProto, as_written: bool) -> ShapeDims:
-    dims: ShapeDims = []
-    for dim in shape.dim[:]:  # (a slice: iterating a upb container ends in an IndexError, which costs)
-        if dim.HasField("dim_value"):
-            dims.append(int(dim.dim_value))
-        elif dim.HasField("dim_param") and (as_written or not dim.dim_param.startswith("unk__")):
-            # ORT leaves a dim it cannot infer empty; onnx's inference names it unk__<n>
-            dims.append(str(dim.dim_param))
-        else:
-            dims.append(None)
-    return dims
-
-
 #: what a TypeProto says, as :meth:`Graph.shape` and :meth:`Graph.elem_type` read it: the proto itself, its tensor
-#: element type (None when 0 or not a tensor), its dims as :func:`_shape_dims` reads them, then as written (None
-#: when not a tensor or without a shape)
+#: element type (None when 0 or not a tensor), its dims as read, then as written (None when not a tensor or without
+#: a shape). A dim is its value, else its symbolic name, else None; as read, a name ONNX's inference invented
+#: (``unk__<n>``) is None too (ORT leaves a dim it cannot infer empty).
 _TypeFacts = tuple[onnx.TypeProto, int | None, tuple[int | str | None, ...] | None, tuple[int | str | None, ...] | None]
 
 
 def _read_type_facts(found: onnx.TypeProto) -> _TypeFacts:
-    if found.WhichOneof("value") != "tensor_type":
+    """:data:`_TypeFacts` of ``found``, read from its serialised bytes: each field read through protobuf's Python
+    API costs hundreds of instructions (some 20 k for a tensor type of rank 4), its bytes a tenth of that. upb writes
+    only the member of a oneof that is set, each field once, so a field present in the bytes is a field set."""
+    data = found.SerializeToString()
+    tensor = _submessage(data, 0, len(data), _TYPE_TENSOR)
+    if tensor is None:  # another member of the ``value`` oneof, or none
         return (found, None, None, None)
-    tensor = found.tensor_type
-    elem = int(tensor.elem_type) or None
-    if not tensor.HasField("shape"):
+    start, end = tensor
+    elem = None
+    shape = None
+    pos = start
+    while pos < end:
+        field, wire_type, pos = _wire_tag(data, pos)
+        if field == _TENSOR_ELEM_TYPE and wire_type == _WIRE_VARINT:
+            value, pos = _wire_varint(data, pos)
+            elem = _signed(value, 32) or None
+        elif field == _TENSOR_SHAPE and wire_type == _WIRE_LENGTH:
+            length, pos = _wire_varint(data, pos)
+            shape = (pos, pos + length)
+            pos += length
+        else:
+            pos = _wire_skip(data, pos, wire_type)
+    if shape is None:
         return (found, elem, None, None)
-    written = tuple(_shape_dims(tensor.shape, True))
-    # as read, a dim_param ONNX's inference invented (unk__<n>) is an unknown dim (:func:`_shape_dims`)
+    written: list[int | str | None] = []
+    pos, end = shape
+    while pos < end:
+        field, wire_type, pos = _wire_tag(data, pos)
+        if field != _SHAPE_DIM or wire_type != _WIRE_LENGTH:
+            pos = _wire_skip(data, pos, wire_type)
+            continue
+        length, pos = _wire_varint(data, pos)
+        written.append(_dim(data, pos, pos + length))
+        pos += length
+    # as read, a dim_param ONNX's inference invented (unk__<n>) is an unknown dim
     read = tuple(None if isinstance(d, str) and d.startswith("unk__") else d for d in written)
-    return (found, elem, read, written)
+    return (found, elem, read, tuple(written))
+
+
+def _dim(data: bytes, pos: int, end: int) -> int | str | None:
+    """A ``TensorShapeProto.Dimension``'s value, else its name (UTF-8, as protobuf decodes it), else None."""
+    found: int | str | None = None
+    while pos < end:
+        field, wire_type, pos = _wire_tag(data, pos)
+        if field == _DIM_VALUE and wire_type == _WIRE_VARINT:
+            value, pos = _wire_varint(data, pos)
+            found = _signed(value, 64)
+        elif field == _DIM_PARAM and wire_type == _WIRE_LENGTH:
+            length, pos = _wire_varint(data, pos)
+            found = data[pos : pos + length].decode("utf-8")
+            pos += length
+        else:
+            pos = _wire_skip(data, pos, wire_type)
+    return found
+
+
+def _submessage(data: bytes, pos: int, end: int, number: int) -> tuple[int, int] | None:
+    """Where field ``number`` (a message) of the message in ``data[pos:end]`` starts and ends, or None."""
+    while pos < end:
+        field, wire_type, pos = _wire_tag(data, pos)
+        if field == number and wire_type == _WIRE_LENGTH:
+            length, pos = _wire_varint(data, pos)
+            return pos, pos + length
+        pos = _wire_skip(data, pos, wire_type)
+    return None
+
+
+def _wire_tag(data: bytes, pos: int) -> tuple[int, int, int]:
+    """The field number and wire type of the field at ``pos``, and where its value starts."""
+    tag, pos = _wire_varint(data, pos)
+    return tag >> 3, tag & 7, pos
+
+
+def _wire_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The varint at ``pos`` and the position after it."""
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _wire_skip(data: bytes, pos: int, wire_type: int) -> int:
+    """The position after the value of a field of ``wire_type`` starting at ``pos``."""
+    if wire_type == _WIRE_VARINT:
+        return _wire_varint(data, pos)[1]
+    if wire_type == _WIRE_LENGTH:
+        length, pos = _wire_varint(data, pos)
+        return pos + length
+    if wire_type == 1:
+        return pos + 8
+    if wire_type == 5:
+        return pos + 4
+    raise ValueError(f"wire type {wire_type} in a message protobuf wrote")
+
+
+def _signed(value: int, bits: int) -> int:
+    """A varint's value as the signed integer of ``bits`` bits it encodes (a negative one is written in 64 bits)."""
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+# field numbers and wire types read by _read_type_facts
+_TYPE_TENSOR = 1  # TypeProto.tensor_type
+_TENSOR_ELEM_TYPE = 1  # TypeProto.Tensor.elem_type
+_TENSOR_SHAPE = 2  # TypeProto.Tensor.shape
+_SHAPE_DIM = 1  # TensorShapeProto.dim
+_DIM_VALUE = 1  # TensorShapeProto.Dimension.dim_value
+_DIM_PARAM = 2  # TensorShapeProto.Dimension.dim_param
+_WIRE_VARINT = 0
+_WIRE_LENGTH = 2
 
 
 def _declared_input_type(graph: Graph, name: str) -> onnx.TypeProto | None:
