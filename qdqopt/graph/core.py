@@ -51,7 +51,7 @@ from onnx import numpy_helper
 
 from qdqopt.errors import ModelError
 from qdqopt.events import Kind, say
-from qdqopt.graph import inference
+from qdqopt.graph import inference, wire
 from qdqopt.graph.order import NodeIndex, ort_order_of_adjacency
 from qdqopt.graph.schema import (
     OpSchema,
@@ -229,116 +229,16 @@ def _read_type_facts(found: onnx.TypeProto) -> _TypeFacts:
     API costs hundreds of instructions (some 20 k for a tensor type of rank 4), its bytes a tenth of that. upb writes
     only the member of a oneof that is set, each field once, so a field present in the bytes is a field set."""
     data = found.SerializeToString()
-    tensor = _submessage(data, 0, len(data), _TYPE_TENSOR)
+    tensor = wire.tensor_type(data, 0, len(data))
     if tensor is None:  # another member of the ``value`` oneof, or none
         return (found, None, None, None)
-    start, end = tensor
-    elem = None
-    shape = None
-    pos = start
-    while pos < end:
-        field, wire_type, pos = _wire_tag(data, pos)
-        if field == _TENSOR_ELEM_TYPE and wire_type == _WIRE_VARINT:
-            value, pos = _wire_varint(data, pos)
-            elem = _signed(value, 32) or None
-        elif field == _TENSOR_SHAPE and wire_type == _WIRE_LENGTH:
-            length, pos = _wire_varint(data, pos)
-            shape = (pos, pos + length)
-            pos += length
-        else:
-            pos = _wire_skip(data, pos, wire_type)
+    elem, shape = tensor[0] or None, tensor[1]
     if shape is None:
         return (found, elem, None, None)
-    written: list[int | str | None] = []
-    pos, end = shape
-    while pos < end:
-        field, wire_type, pos = _wire_tag(data, pos)
-        if field != _SHAPE_DIM or wire_type != _WIRE_LENGTH:
-            pos = _wire_skip(data, pos, wire_type)
-            continue
-        length, pos = _wire_varint(data, pos)
-        written.append(_dim(data, pos, pos + length))
-        pos += length
+    written = wire.shape_dims(data, *shape)
     # as read, a dim_param ONNX's inference invented (unk__<n>) is an unknown dim
     read = tuple(None if isinstance(d, str) and d.startswith("unk__") else d for d in written)
     return (found, elem, read, tuple(written))
-
-
-def _dim(data: bytes, pos: int, end: int) -> int | str | None:
-    """A ``TensorShapeProto.Dimension``'s value, else its name (UTF-8, as protobuf decodes it), else None."""
-    found: int | str | None = None
-    while pos < end:
-        field, wire_type, pos = _wire_tag(data, pos)
-        if field == _DIM_VALUE and wire_type == _WIRE_VARINT:
-            value, pos = _wire_varint(data, pos)
-            found = _signed(value, 64)
-        elif field == _DIM_PARAM and wire_type == _WIRE_LENGTH:
-            length, pos = _wire_varint(data, pos)
-            found = data[pos : pos + length].decode("utf-8")
-            pos += length
-        else:
-            pos = _wire_skip(data, pos, wire_type)
-    return found
-
-
-def _submessage(data: bytes, pos: int, end: int, number: int) -> tuple[int, int] | None:
-    """Where field ``number`` (a message) of the message in ``data[pos:end]`` starts and ends, or None."""
-    while pos < end:
-        field, wire_type, pos = _wire_tag(data, pos)
-        if field == number and wire_type == _WIRE_LENGTH:
-            length, pos = _wire_varint(data, pos)
-            return pos, pos + length
-        pos = _wire_skip(data, pos, wire_type)
-    return None
-
-
-def _wire_tag(data: bytes, pos: int) -> tuple[int, int, int]:
-    """The field number and wire type of the field at ``pos``, and where its value starts."""
-    tag, pos = _wire_varint(data, pos)
-    return tag >> 3, tag & 7, pos
-
-
-def _wire_varint(data: bytes, pos: int) -> tuple[int, int]:
-    """The varint at ``pos`` and the position after it."""
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-
-
-def _wire_skip(data: bytes, pos: int, wire_type: int) -> int:
-    """The position after the value of a field of ``wire_type`` starting at ``pos``."""
-    if wire_type == _WIRE_VARINT:
-        return _wire_varint(data, pos)[1]
-    if wire_type == _WIRE_LENGTH:
-        length, pos = _wire_varint(data, pos)
-        return pos + length
-    if wire_type == 1:
-        return pos + 8
-    if wire_type == 5:
-        return pos + 4
-    raise ValueError(f"wire type {wire_type} in a message protobuf wrote")
-
-
-def _signed(value: int, bits: int) -> int:
-    """A varint's value as the signed integer of ``bits`` bits it encodes (a negative one is written in 64 bits)."""
-    value &= (1 << bits) - 1
-    return value - (1 << bits) if value >> (bits - 1) else value
-
-
-# field numbers and wire types read by _read_type_facts
-_TYPE_TENSOR = 1  # TypeProto.tensor_type
-_TENSOR_ELEM_TYPE = 1  # TypeProto.Tensor.elem_type
-_TENSOR_SHAPE = 2  # TypeProto.Tensor.shape
-_SHAPE_DIM = 1  # TensorShapeProto.dim
-_DIM_VALUE = 1  # TensorShapeProto.Dimension.dim_value
-_DIM_PARAM = 2  # TensorShapeProto.Dimension.dim_param
-_WIRE_VARINT = 0
-_WIRE_LENGTH = 2
 
 
 def _declared_input_type(graph: Graph, name: str) -> onnx.TypeProto | None:

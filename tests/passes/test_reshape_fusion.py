@@ -42,8 +42,13 @@ def test_qdq_as_run(name: str, level: str, config: str) -> None:
 
 def test_mutation_unk_dims_read_as_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
     """Reading a declared unk__<n> dim as unknown (as every shape read did) refuses the Shape/Reshape match."""
-    real = core._shape_dims
-    monkeypatch.setattr(core, "_shape_dims", lambda shape, as_written: real(shape, False))
+    real = core._read_type_facts
+
+    def read_as_unknown(found: object) -> object:
+        facts = real(found)  # type: ignore[arg-type]
+        return (*facts[:3], facts[2])  # the dims as written are those as read
+
+    monkeypatch.setattr(core, "_read_type_facts", read_as_unknown)
     assert differs("rules/reshape_fusion_qdq_unk_dims", "basic")
 
 
