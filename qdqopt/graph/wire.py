@@ -9,23 +9,25 @@ set (a file's bytes, which any writer may have made, go through :mod:`qdqopt.gra
 
 from __future__ import annotations
 
+from typing import Final
+
 #: wire types
-VARINT = 0
-LENGTH = 2
+VARINT: Final = 0
+LENGTH: Final = 2
 
 # field numbers of onnx.proto read here and by the graph core
-MODEL_GRAPH = 7  # ModelProto.graph
-GRAPH_INPUT = 11  # GraphProto.input
-GRAPH_OUTPUT = 12  # GraphProto.output
-GRAPH_VALUE_INFO = 13  # GraphProto.value_info
-VALUE_INFO_NAME = 1  # ValueInfoProto.name
-VALUE_INFO_TYPE = 2  # ValueInfoProto.type
-TYPE_TENSOR = 1  # TypeProto.tensor_type
-TENSOR_ELEM_TYPE = 1  # TypeProto.Tensor.elem_type
-TENSOR_SHAPE = 2  # TypeProto.Tensor.shape
-SHAPE_DIM = 1  # TensorShapeProto.dim
-DIM_VALUE = 1  # TensorShapeProto.Dimension.dim_value
-DIM_PARAM = 2  # TensorShapeProto.Dimension.dim_param
+MODEL_GRAPH: Final = 7  # ModelProto.graph
+GRAPH_INPUT: Final = 11  # GraphProto.input
+GRAPH_OUTPUT: Final = 12  # GraphProto.output
+GRAPH_VALUE_INFO: Final = 13  # GraphProto.value_info
+VALUE_INFO_NAME: Final = 1  # ValueInfoProto.name
+VALUE_INFO_TYPE: Final = 2  # ValueInfoProto.type
+TYPE_TENSOR: Final = 1  # TypeProto.tensor_type
+TENSOR_ELEM_TYPE: Final = 1  # TypeProto.Tensor.elem_type
+TENSOR_SHAPE: Final = 2  # TypeProto.Tensor.shape
+SHAPE_DIM: Final = 1  # TensorShapeProto.dim
+DIM_VALUE: Final = 1  # TensorShapeProto.Dimension.dim_value
+DIM_PARAM: Final = 2  # TensorShapeProto.Dimension.dim_param
 
 
 def tag(data: bytes, pos: int) -> tuple[int, int, int]:
