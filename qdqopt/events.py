@@ -57,6 +57,7 @@ import contextvars
 import enum
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from mypy_extensions import mypyc_attr
 
@@ -330,7 +331,7 @@ class EventLog:
         return [e for e in self.events if e.kind in kinds and (pass_name is None or e.pass_name == pass_name)]
 
 
-_ACTIVE: contextvars.ContextVar[EventLog | None] = contextvars.ContextVar("qdqopt_event_log", default=None)
+_ACTIVE: Final[contextvars.ContextVar[EventLog | None]] = contextvars.ContextVar("qdqopt_event_log", default=None)
 
 
 @contextlib.contextmanager

@@ -42,7 +42,7 @@ import sys
 import types
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, overload
+from typing import Any, Final, NamedTuple, overload
 
 import networkx as nx
 import numpy as np
@@ -2252,7 +2252,7 @@ _NO_SCHEMA = object()
 
 #: per schema (by id, the schema kept alive beside): each input formal's type string, the element types it allows
 #: as a tensor and whether it is variadic, and the input that is the output's zero point (None: none)
-_QLINEAR_FACTS: dict[int, tuple[Schema, list[tuple[str, frozenset[int], bool]], int | None]] = {}
+_QLINEAR_FACTS: Final[dict[int, tuple[Schema, list[tuple[str, frozenset[int], bool]], int | None]]] = {}
 
 
 def _qlinear_facts(schema: Schema) -> tuple[list[tuple[str, frozenset[int], bool]], int | None]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import onnx
 from onnx import onnx_cpp2py_export
@@ -892,7 +892,7 @@ def _store(graph: Graph, inferred: onnx.GraphProto) -> None:
 
 
 #: an element type's TypeProto without a shape, made once (shared: the graph's types are replaced, never edited)
-_ELEM_ONLY: dict[int, onnx.TypeProto] = {}
+_ELEM_ONLY: Final[dict[int, onnx.TypeProto]] = {}
 
 
 def elem_only(elem: int) -> onnx.TypeProto:

@@ -35,7 +35,7 @@ import tempfile
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import BinaryIO, Final, TypeVar
 
 import numpy as np
 import onnx
@@ -654,7 +654,7 @@ def _copy(proto: _P) -> _P:
 
 _MODEL_GRAPH = 7  # ModelProto.graph
 _GRAPH_INITIALIZER = 5  # GraphProto.initializer
-_LENGTH_DELIMITED = 2
+_LENGTH_DELIMITED: Final = 2
 
 
 def _read_split(
@@ -830,7 +830,7 @@ def _read_exactly(handle: BinaryIO, count: int) -> bytes:
 
 
 #: (attribute count, names in proto order) -> the node attribute map ORT makes of them
-_ATTRIBUTE_MAPS: dict[tuple[object, ...], StdUnorderedMap] = {}
+_ATTRIBUTE_MAPS: Final[dict[tuple[object, ...], StdUnorderedMap]] = {}
 
 
 def _add_proto_node(
@@ -1034,7 +1034,7 @@ def _int64_product(dims: Iterable[int]) -> int:
     return (count + _INT64_WRAP) % (2 * _INT64_WRAP) - _INT64_WRAP
 
 
-_SMALL = 1 << 60
+_SMALL: Final = 1 << 60
 
 
 _INT64_WRAP = 1 << 63
@@ -1317,7 +1317,7 @@ def _varint_length(value: int) -> int:
 
 
 _MODEL_GRAPH_TAG = bytes([_MODEL_GRAPH << 3 | _LENGTH_DELIMITED])
-_GRAPH_INITIALIZER_TAG = bytes([_GRAPH_INITIALIZER << 3 | _LENGTH_DELIMITED])
+_GRAPH_INITIALIZER_TAG: Final = bytes([_GRAPH_INITIALIZER << 3 | _LENGTH_DELIMITED])
 
 
 def write_atomic(model: onnx.ModelProto | Model, path: Path) -> None:

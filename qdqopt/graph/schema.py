@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import onnx
 
@@ -50,8 +50,8 @@ __all__ = [
     "type_string",
 ]
 
-ONNX_DOMAIN = ""
-_ONNX_ALIASES = {"", "ai.onnx"}
+ONNX_DOMAIN: Final = ""
+_ONNX_ALIASES: Final = frozenset({"", "ai.onnx"})
 
 
 def normalize_domain(domain: str) -> str:
@@ -264,7 +264,7 @@ def input_arg_counts(schema: Schema, num_inputs: int) -> list[int]:
 
 
 #: ``tensor(<elem>)`` by element type, made once each (kernel matching asks for every node's values)
-_TENSOR_TYPE_STRINGS: dict[int, str] = {}
+_TENSOR_TYPE_STRINGS: Final[dict[int, str]] = {}
 
 
 def tensor_type_string(elem: int) -> str:

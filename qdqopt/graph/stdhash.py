@@ -119,6 +119,7 @@ import itertools
 import math
 import struct
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Final
 
 __all__ = [
     "HASH_SEED",
@@ -172,7 +173,7 @@ def std_hash_string(key: str | bytes) -> int:
 
 
 #: hashes of the strings met so far (attribute and value names repeat across maps, graphs and runs)
-_STR_HASHES: dict[str, int] = {}
+_STR_HASHES: Final[dict[str, int]] = {}
 _STR_HASHES_MAX = 1 << 20
 
 

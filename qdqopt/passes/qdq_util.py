@@ -17,6 +17,7 @@ Besides ``MatchQNode``/``MatchDQNode`` this module holds what several passes ask
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 import numpy as np
 import onnx
@@ -51,7 +52,7 @@ QDQ_OPSETS: frozenset[int] = frozenset({10, 13, 19, 21, 23, 24, 25})
 
 #: ``QDQ::InputIndex``.
 SCALE_ID = 1
-ZERO_POINT_ID = 2
+ZERO_POINT_ID: Final = 2
 TOTAL_COUNT = 3
 
 _ONNX_DOMAINS = ("", "ai.onnx")

@@ -10,6 +10,7 @@ Every name ORT gives what the optimizer creates is made here: nodes ``GenerateNo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import onnx
@@ -25,7 +26,7 @@ Shape = list[int] | None
 Dims = list[int | str | None]
 #: a NodeArg's type: (element type, dims), None for what it lacks; ``UNTYPED`` for a NodeArg without a type
 NodeArgType = tuple[int | None, Dims | None]
-UNTYPED: NodeArgType = (None, None)
+UNTYPED: Final[NodeArgType] = (None, None)
 
 
 @dataclass
