@@ -229,16 +229,15 @@ def _read_type_facts(found: onnx.TypeProto) -> _TypeFacts:
     API costs hundreds of instructions (some 20 k for a tensor type of rank 4), its bytes a tenth of that. upb writes
     only the member of a oneof that is set, each field once, so a field present in the bytes is a field set."""
     data = found.SerializeToString()
-    tensor = wire.tensor_type(data, 0, len(data))
-    if tensor is None:  # another member of the ``value`` oneof, or none
+    is_tensor, elem, shape_start, shape_end = wire.tensor_type(data, 0, len(data))
+    if not is_tensor:  # another member of the ``value`` oneof, or none
         return (found, None, None, None)
-    elem, shape = tensor[0] or None, tensor[1]
-    if shape is None:
-        return (found, elem, None, None)
-    written = wire.shape_dims(data, *shape)
+    if shape_start < 0:
+        return (found, elem or None, None, None)
+    written = wire.shape_dims(data, shape_start, shape_end)
     # as read, a dim_param ONNX's inference invented (unk__<n>) is an unknown dim
     read = tuple(None if isinstance(d, str) and d.startswith("unk__") else d for d in written)
-    return (found, elem, read, tuple(written))
+    return (found, elem or None, read, tuple(written))
 
 
 def _declared_input_type(graph: Graph, name: str) -> onnx.TypeProto | None:

@@ -602,12 +602,7 @@ def _typed_values(gp: onnx.GraphProto, wire_data: bytes | None = None) -> list[t
         entries = None
     if entries is not None:
         out: list[tuple[str, onnx.TypeProto]] = []
-        for field, protos in (
-            (wire.GRAPH_INPUT, gp.input[:]),
-            (wire.GRAPH_OUTPUT, gp.output[:]),
-            (wire.GRAPH_VALUE_INFO, gp.value_info[:]),
-        ):
-            read = entries[field]
+        for read, protos in zip(entries, (gp.input[:], gp.output[:], gp.value_info[:]), strict=True):
             if len(read) != len(protos):  # (not the bytes of gp's model)
                 break
             out.extend((name, proto.type) for proto, (name, typed) in zip(protos, read, strict=True) if typed)

@@ -68,27 +68,26 @@ def signed(value: int, bits: int) -> int:
     return value - (1 << bits) if value >> (bits - 1) else value
 
 
-def submessage(data: bytes, pos: int, end: int, number: int) -> tuple[int, int] | None:
-    """Where field ``number`` (a message) of the message in ``data[pos:end]`` starts and ends, or None."""
+def submessage(data: bytes, pos: int, end: int, number: int) -> tuple[int, int]:
+    """Where field ``number`` (a message) of the message in ``data[pos:end]`` starts and ends; (-1, -1) if it is
+    not there. (Plain integers, not None: compiled, a tuple of integers is returned without making objects.)"""
     while pos < end:
         field, wire_type, pos = tag(data, pos)
         if field == number and wire_type == LENGTH:
             length, pos = varint(data, pos)
             return pos, pos + length
         pos = skip(data, pos, wire_type)
-    return None
+    return -1, -1
 
 
-def tensor_type(data: bytes, pos: int, end: int) -> tuple[int, tuple[int, int] | None] | None:
-    """Of the ``TypeProto`` in ``data[pos:end]``, if it is a tensor type: its element type (0 when unset) and where
-    its shape starts and ends (None without one); None if it is not (another member of its ``value`` oneof, or
-    none)."""
-    tensor = submessage(data, pos, end, TYPE_TENSOR)
-    if tensor is None:
-        return None
-    pos, end = tensor
+def tensor_type(data: bytes, pos: int, end: int) -> tuple[bool, int, int, int]:
+    """Of the ``TypeProto`` in ``data[pos:end]``: whether it is a tensor type (not another member of its ``value``
+    oneof, nor none), its element type (0 when unset), and where its shape starts and ends ((-1, -1) without one)."""
+    pos, end = submessage(data, pos, end, TYPE_TENSOR)
+    if pos < 0:
+        return False, 0, -1, -1
     elem = 0
-    shape = None
+    shape_start = shape_end = -1
     while pos < end:
         field, wire_type, pos = tag(data, pos)
         if field == TENSOR_ELEM_TYPE and wire_type == VARINT:
@@ -96,11 +95,11 @@ def tensor_type(data: bytes, pos: int, end: int) -> tuple[int, tuple[int, int] |
             elem = signed(value, 32)
         elif field == TENSOR_SHAPE and wire_type == LENGTH:
             length, pos = varint(data, pos)
-            shape = (pos, pos + length)
+            shape_start, shape_end = pos, pos + length
             pos += length
         else:
             pos = skip(data, pos, wire_type)
-    return elem, shape
+    return True, elem, shape_start, shape_end
 
 
 def shape_dims(data: bytes, pos: int, end: int) -> list[int | str | None]:
@@ -134,25 +133,25 @@ def _dimension(data: bytes, pos: int, end: int) -> int | str | None:
     return found
 
 
-def value_infos(data: bytes) -> dict[int, list[tuple[str, bool]]] | None:
-    """Of the serialised ModelProto ``data``: its main graph's inputs, outputs and value_info entries (by field
-    number: :data:`GRAPH_INPUT`, ...), each as its name and whether it has a type that is not a tensor type without
-    an element type; None without a graph."""
-    graph = submessage(data, 0, len(data), MODEL_GRAPH)
-    if graph is None:
+def value_infos(data: bytes) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]], list[tuple[str, bool]]] | None:
+    """Of the serialised ModelProto ``data``: its main graph's inputs, outputs and value_info entries, each as its
+    name and whether it has a type that is not a tensor type without an element type; None without a graph."""
+    pos, end = submessage(data, 0, len(data), MODEL_GRAPH)
+    if pos < 0:
         return None
-    found: dict[int, list[tuple[str, bool]]] = {GRAPH_INPUT: [], GRAPH_OUTPUT: [], GRAPH_VALUE_INFO: []}
-    pos, end = graph
+    inputs: list[tuple[str, bool]] = []
+    outputs: list[tuple[str, bool]] = []
+    value_info: list[tuple[str, bool]] = []
     while pos < end:
         field, wire_type, pos = tag(data, pos)
-        entries = found.get(field)
-        if entries is None or wire_type != LENGTH:
+        if wire_type != LENGTH or field < GRAPH_INPUT or field > GRAPH_VALUE_INFO:
             pos = skip(data, pos, wire_type)
             continue
         length, pos = varint(data, pos)
-        entries.append(_value_info(data, pos, pos + length))
+        entry = _value_info(data, pos, pos + length)
+        (inputs if field == GRAPH_INPUT else outputs if field == GRAPH_OUTPUT else value_info).append(entry)
         pos += length
-    return found
+    return inputs, outputs, value_info
 
 
 def _value_info(data: bytes, pos: int, end: int) -> tuple[str, bool]:
@@ -160,14 +159,15 @@ def _value_info(data: bytes, pos: int, end: int) -> tuple[str, bool]:
     typed = False
     while pos < end:
         field, wire_type, pos = tag(data, pos)
-        if wire_type != LENGTH or field not in (VALUE_INFO_NAME, VALUE_INFO_TYPE):
-            pos = skip(data, pos, wire_type)
-            continue
-        length, pos = varint(data, pos)
-        if field == VALUE_INFO_NAME:
+        if wire_type == LENGTH and field == VALUE_INFO_NAME:
+            length, pos = varint(data, pos)
             name = data[pos : pos + length].decode("utf-8")
+            pos += length
+        elif wire_type == LENGTH and field == VALUE_INFO_TYPE:
+            length, pos = varint(data, pos)
+            is_tensor, elem, _, _ = tensor_type(data, pos, pos + length)
+            typed = not is_tensor or elem != 0
+            pos += length
         else:
-            tensor = tensor_type(data, pos, pos + length)
-            typed = tensor is None or tensor[0] != 0
-        pos += length
+            pos = skip(data, pos, wire_type)
     return name, typed
