@@ -801,10 +801,10 @@ def _odd_types() -> list[onnx.TypeProto]:
     return made
 
 
-def test_type_facts_from_the_wire_are_what_the_api_reads() -> None:
-    """``Graph._facts`` reads a type from its bytes: the same element type and dims as protobuf's API gives, on odd
-    types (other oneof members, no shape, empty names, extreme and negative values, denotations) and on every typed
-    value of corpus and fixture models."""
+def test_type_facts_are_what_the_api_reads() -> None:
+    """``Graph._facts`` reads a type once: the element type and dims protobuf's API gives (as read, an ``unk__``
+    name unknown), on odd types (other oneof members, no shape, empty names, extreme and negative values,
+    denotations) and on every typed value of sampled corpus models."""
     types = _odd_types()
     sample = corpus_sample("type_facts")
     for path in corpus_models():

@@ -51,7 +51,7 @@ from onnx import numpy_helper
 
 from qdqopt.errors import ModelError
 from qdqopt.events import Kind, say
-from qdqopt.graph import inference, wire
+from qdqopt.graph import inference
 from qdqopt.graph.order import NodeIndex, ort_order_of_adjacency
 from qdqopt.graph.schema import (
     OpSchema,
@@ -225,19 +225,24 @@ _TypeFacts = tuple[onnx.TypeProto, int | None, tuple[int | str | None, ...] | No
 
 
 def _read_type_facts(found: onnx.TypeProto) -> _TypeFacts:
-    """:data:`_TypeFacts` of ``found``, read from its serialised bytes: each field read through protobuf's Python
-    API costs hundreds of instructions (some 20 k for a tensor type of rank 4), its bytes a tenth of that. upb writes
-    only the member of a oneof that is set, each field once, so a field present in the bytes is a field set."""
-    data = found.SerializeToString()
-    is_tensor, elem, shape_start, shape_end = wire.tensor_type(data, 0, len(data))
-    if not is_tensor:  # another member of the ``value`` oneof, or none
+    """:data:`_TypeFacts` of ``found``, read through protobuf's API (once per object: :meth:`Graph._facts`)."""
+    if found.WhichOneof("value") != "tensor_type":
         return (found, None, None, None)
-    if shape_start < 0:
-        return (found, elem or None, None, None)
-    written = wire.shape_dims(data, shape_start, shape_end)
+    tensor = found.tensor_type
+    elem = int(tensor.elem_type) or None
+    if not tensor.HasField("shape"):
+        return (found, elem, None, None)
+    written: list[int | str | None] = []
+    for dim in tensor.shape.dim[:]:  # (a slice: iterating a upb container ends in an IndexError, which costs)
+        if dim.HasField("dim_value"):
+            written.append(int(dim.dim_value))
+        elif dim.HasField("dim_param"):
+            written.append(str(dim.dim_param))
+        else:
+            written.append(None)
     # as read, a dim_param ONNX's inference invented (unk__<n>) is an unknown dim
     read = tuple(None if isinstance(d, str) and d.startswith("unk__") else d for d in written)
-    return (found, elem or None, read, tuple(written))
+    return (found, elem, read, tuple(written))
 
 
 def _declared_input_type(graph: Graph, name: str) -> onnx.TypeProto | None:

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Final
 import onnx
 from onnx import onnx_cpp2py_export
 
-from qdqopt.graph import wire
 from qdqopt.graph.schema import (
     Schema,
     input_arg_counts,
@@ -122,10 +121,9 @@ def infer_shapes(model: onnx.ModelProto, *, data_prop: bool = False) -> onnx.Mod
 
 def _infer_shapes(
     model: onnx.ModelProto, *, data_prop: bool = False, subgraphs: bool = True
-) -> tuple[onnx.ModelProto, bool, bytes]:
-    """``onnx.shape_inference.infer_shapes`` on ``model`` (edited: negative dims made unknown first), whether
-    the result names a dim ``unk__...`` (when it does not, no dim needs :func:`_clear_invented_dims`), and the
-    result's bytes (which :func:`_types_of` reads the names of the typed values from).
+) -> tuple[onnx.ModelProto, bool]:
+    """``onnx.shape_inference.infer_shapes`` on ``model`` (edited: negative dims made unknown first), and whether
+    the result names a dim ``unk__...`` (when it does not, no dim needs :func:`_clear_invented_dims`).
 
     ONNX's own wrapper serialises, infers and parses; this does the same, looking at the bytes on the way: the
     graph is only walked for negative dims when its bytes hold a negative varint (its nodes only if it has
@@ -141,12 +139,12 @@ def _inference_bytes(model: onnx.ModelProto, subgraphs: bool = True) -> bytes:
     return data
 
 
-def _infer_bytes(data: bytes, *, data_prop: bool = False) -> tuple[onnx.ModelProto, bool, bytes]:
+def _infer_bytes(data: bytes, *, data_prop: bool = False) -> tuple[onnx.ModelProto, bool]:
     """:func:`_infer_shapes` of a model's bytes (:func:`_inference_bytes`)."""
-    inferred: bytes = _onnx_inference.infer_shapes(data, False, False, data_prop)
+    inferred = _onnx_inference.infer_shapes(data, False, False, data_prop)
     out = onnx.ModelProto()
     out.ParseFromString(inferred)
-    return out, b"unk__" in inferred, inferred
+    return out, b"unk__" in inferred
 
 
 def _infer_node_outputs(
@@ -211,10 +209,10 @@ def infer_model_types(proto: onnx.ModelProto, *, subgraphs: bool = True) -> dict
         for kept in declared_outputs.values():
             declared.update(d.dim_param for d in kept.tensor_type.shape.dim[:] if d.HasField("dim_param"))
     try:
-        inferred, invented, wire_data = _infer_bytes(data)
+        inferred, invented = _infer_bytes(data)
     except Exception:
         return {}
-    types = _types_of(inferred.graph, declared, invented=invented, subgraphs=subgraphs, wire_data=wire_data)
+    types = _types_of(inferred.graph, declared, invented=invented, subgraphs=subgraphs)
     pinned: dict[str, onnx.TypeProto] = {}
     for _ in range(4):
         # what ORT's NodeArgs know that this inference does not: a graph output's declared dims where inference
@@ -228,10 +226,10 @@ def infer_model_types(proto: onnx.ModelProto, *, subgraphs: bool = True) -> dict
         pinned.update((name, types[name]) for name in changed)
         _declare(proto.graph, pinned)
         try:
-            inferred, invented, wire_data = _infer_shapes(proto, subgraphs=subgraphs)
+            inferred, invented = _infer_shapes(proto, subgraphs=subgraphs)
         except Exception:
             return types
-        types = _types_of(inferred.graph, declared, invented=invented, subgraphs=subgraphs, wire_data=wire_data)
+        types = _types_of(inferred.graph, declared, invented=invented, subgraphs=subgraphs)
     _fill_declared_outputs(types, declared_outputs)
     return _propagated_as_ort(proto, types, declared, subgraphs=subgraphs)
 
@@ -260,12 +258,11 @@ def _propagated_as_ort(
         masked.CopyFrom(proto)
         _mask_value_propagation(masked.graph, types, kept)
         try:
-            propagated, invented, wire_data = _infer_shapes(masked, data_prop=True, subgraphs=subgraphs)
+            propagated, invented = _infer_shapes(masked, data_prop=True, subgraphs=subgraphs)
         except Exception:
             break
         types = dict(base)
-        found_types = _types_of(propagated.graph, declared, invented=invented, subgraphs=subgraphs, wire_data=wire_data)
-        for name, found in found_types.items():
+        for name, found in _types_of(propagated.graph, declared, invented=invented, subgraphs=subgraphs).items():
             known = types.get(name)
             if known is not None:
                 types[name] = fill_unknown(known, found)
@@ -337,18 +334,13 @@ def _fill_declared_outputs(types: dict[str, onnx.TypeProto], declared_outputs: d
 
 
 def _types_of(
-    g: onnx.GraphProto,
-    declared: set[str],
-    *,
-    invented: bool = True,
-    subgraphs: bool = True,
-    wire_data: bytes | None = None,
+    g: onnx.GraphProto, declared: set[str], *, invented: bool = True, subgraphs: bool = True
 ) -> dict[str, onnx.TypeProto]:
     """The value types an inferred graph holds, subgraphs included (ONNX's invented dim names cleared, if it
-    ``invented`` any). ``wire_data``: the bytes of the model ``g`` was parsed from (:func:`_typed_values`)."""
+    ``invented`` any)."""
     if invented:
         _clear_invented_dims(g, declared)
-    types = dict(_typed_values(g, wire_data))  # inferred value_info last: it knows most
+    types = dict(_typed_values(g))  # inferred value_info last: it knows most
     if subgraphs:
         _subgraph_types(g, types, invented)
     return types
@@ -590,24 +582,9 @@ def _subgraph_types(gp: onnx.GraphProto, types: dict[str, onnx.TypeProto], inven
             _subgraph_types(sub, types, invented)
 
 
-def _typed_values(gp: onnx.GraphProto, wire_data: bytes | None = None) -> list[tuple[str, onnx.TypeProto]]:
+def _typed_values(gp: onnx.GraphProto) -> list[tuple[str, onnx.TypeProto]]:
     """The name and type of each graph input, output and value_info entry (in that order) that has a type, and an
-    element type if it is a tensor's. ``wire_data``: the bytes of the ModelProto whose graph ``gp`` is, from which
-    the names and which entries have such a type are read (:func:`qdqopt.graph.wire.value_infos`: five fields read
-    through protobuf's API an entry, some 6 k instructions, against one here); only their types are asked of
-    ``gp``."""
-    try:
-        entries = wire.value_infos(wire_data) if wire_data is not None else None
-    except (ValueError, IndexError):  # (bytes protobuf did not write: read through the API below)
-        entries = None
-    if entries is not None:
-        out: list[tuple[str, onnx.TypeProto]] = []
-        for read, protos in zip(entries, (gp.input[:], gp.output[:], gp.value_info[:]), strict=True):
-            if len(read) != len(protos):  # (not the bytes of gp's model)
-                break
-            out.extend((name, proto.type) for proto, (name, typed) in zip(protos, read, strict=True) if typed)
-        else:
-            return out
+    element type if it is a tensor's."""
     out = []
     for v in (*gp.input[:], *gp.output[:], *gp.value_info[:]):
         if v.HasField("type"):
@@ -784,7 +761,7 @@ def infer_types(graph: Graph) -> None:
         model.functions.extend(local_functions(graph).values())  # calls of them are typed through their bodies
         _fill_resolve_graph(model.graph, graph)
         try:
-            inferred, invented, _ = _infer_shapes(model, subgraphs=next(graph.subgraphs(), None) is not None)
+            inferred, invented = _infer_shapes(model, subgraphs=next(graph.subgraphs(), None) is not None)
         except Exception:  # onnx gave up on the whole model: keep what the schemas can tell
             inferred, invented = model, True
         if invented:  # a dim ORT cannot infer stays unnamed
@@ -991,7 +968,7 @@ def infer_with_data(root: Graph) -> onnx.GraphProto:
     given = onnx.ModelProto()
     given.CopyFrom(model)
     try:
-        inferred, invented, _ = _infer_shapes(given, subgraphs=subgraphs)
+        inferred, invented = _infer_shapes(given, subgraphs=subgraphs)
     except Exception:  # onnx gave up: keep the declared types
         return model.graph
     # the dim names the model declares (an unk__<n> of its value_info included) are the NodeArgs' dim_params in ORT;
