@@ -3,8 +3,10 @@
 Usage: ``python benchmarks/bench.py [MODEL.onnx ...] [--levels 0,1,2] [--repeat 5]``. Without models it uses the
 bundled example and, when the shared corpus is beside the checkout, its largest models. Each of ``--repeat`` rounds
 times qdqopt's load, passes and save (the optimized model written to a file as the CLI writes it: ``write_atomic``)
-and ORT's session creation with ``optimized_model_filepath`` (the session alone) back to back; it prints the median
-wall time of each step, the median of the rounds' ratios (qdqopt's load + passes + save over ORT's session), and
+and ORT's session creation with ``optimized_model_filepath`` (its creation alone: the session is destroyed after the
+clock stops, as qdqopt's Model is dropped after its save) back to back; it prints the median
+wall time of each step, the median of the rounds' ratios (qdqopt's load + passes + save over ORT's session) and
+the lowest and highest of them (``rounds``: how far one round strays on a shared machine), and
 qdqopt's peak Python memory (tracemalloc) per run; and, for a model measured at EXTENDED and at
 LAYOUT or ALL, how much the layout level costs over EXTENDED (qdqopt's load + passes + save, and ORT's). Numbers, not
 assertions: run it before and after a change.
@@ -92,7 +94,7 @@ def main() -> None:
     print(f"qdqopt {qdqopt.__version__}, {qdqopt.build()}")
     print(
         f"{'model':<48} {'level':<12} {'load ms':>8} {'passes ms':>9} {'save ms':>8} {'ORT ms':>8} {'ratio':>6} "
-        f"{'peak MiB':>8}"
+        f"{'rounds':>10} {'peak MiB':>8}"
     )
     ratios: list[str] = []
     for path in args.models or _default_models():
@@ -140,7 +142,8 @@ def _bench_one(path: Path, level: Level, repeat: int) -> tuple[str, tuple[float,
             ort_out.unlink(missing_ok=True)
             rounds.append((steps["load"], steps["passes"], steps["save"], session))
     load, passes, save, ort = (statistics.median(r[step] for r in rounds) for step in range(4))
-    ratio = statistics.median((r[0] + r[1] + r[2]) / r[3] for r in rounds)
+    ratios = [(r[0] + r[1] + r[2]) / r[3] for r in rounds]
+    ratio = statistics.median(ratios)
     tracemalloc.start()
     save_model(_run(path, level, disabled))
     peak = tracemalloc.get_traced_memory()[1] / MIB
@@ -148,7 +151,8 @@ def _bench_one(path: Path, level: Level, repeat: int) -> tuple[str, tuple[float,
     total = load + passes + save
     row = (
         f"{_short(path):<48} {level.short:<12} {load * 1e3:8.1f} {passes * 1e3:9.1f} {save * 1e3:8.1f} "
-        f"{ort * 1e3:8.1f} {ratio:5.2f}x {peak:8.1f}" + (f"  (declined: {', '.join(disabled)})" if disabled else "")
+        f"{ort * 1e3:8.1f} {ratio:5.2f}x {min(ratios):5.2f}-{max(ratios):4.2f} {peak:8.1f}"
+        + (f"  (declined: {', '.join(disabled)})" if disabled else "")
     )
     return row, (total, ort)
 
