@@ -761,7 +761,8 @@ def test_every_kind_of_edit_moves_the_state_stamp() -> None:
 
 def test_type_facts_read_once_and_as_the_views_read_them() -> None:
     """``Graph._facts``: a type's element type and dims, as written and as read (a name ONNX's inference invented,
-    ``unk__<n>``, unknown), None for what a tensor type with a shape alone has; each TypeProto read once."""
+    ``unk__<n>``, unknown); None for an element type of 0, for dims without a shape, and for both when the type is
+    not a tensor type; each TypeProto read once."""
     sequence = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
     denoted = helper.make_tensor_type_proto(TensorProto.FLOAT, [5, "C"])
     denoted.tensor_type.shape.dim[0].denotation = "DATA_BATCH"
