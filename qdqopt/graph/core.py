@@ -234,8 +234,9 @@ def _read_type_facts(found: onnx.TypeProto) -> _TypeFacts:
         return (found, elem, None, None)
     written: list[int | str | None] = []
     for dim in tensor.shape.dim[:]:  # (a slice: iterating a upb container ends in an IndexError, which costs)
-        if dim.HasField("dim_value"):
-            written.append(int(dim.dim_value))
+        value = dim.dim_value  # (a value other than 0, the usual case, is set: no need to ask)
+        if value or dim.HasField("dim_value"):
+            written.append(int(value))
         elif dim.HasField("dim_param"):
             written.append(str(dim.dim_param))
         else:

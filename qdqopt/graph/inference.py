@@ -589,7 +589,9 @@ def _typed_values(gp: onnx.GraphProto) -> list[tuple[str, onnx.TypeProto]]:
     for v in (*gp.input[:], *gp.output[:], *gp.value_info[:]):
         if v.HasField("type"):
             found = v.type
-            if not found.HasField("tensor_type") or found.tensor_type.elem_type:
+            # (the element type first: a tensor's, the usual case, answers without asking which member is set; an
+            # unset tensor_type reads as elem_type 0 without being set)
+            if found.tensor_type.elem_type or not found.HasField("tensor_type"):
                 out.append((v.name, found))
     return out
 

@@ -1235,20 +1235,35 @@ def _write_parts(
     the sizes ``sizes``; the number of bytes, or None when an initializer's bytes are not of its size (what was
     written is then not a model)."""
     model_head, graph_head, graph_tail, model_tail = parts
-    graph_size = len(graph_head) + len(graph_tail)
-    graph_size += sum(len(_GRAPH_INITIALIZER_TAG) + len(_varint(size)) + size for size in sizes)
+    heads = [_GRAPH_INITIALIZER_TAG + _varint(size) for size in sizes]
+    graph_size = len(graph_head) + len(graph_tail) + sum(len(head) for head in heads) + sum(sizes)
+    # the small pieces are joined and written together, up to _WRITE_CHUNK bytes at a time (a write call costs
+    # more than copying a few kilobytes); a weight as large is written on its own, never copied
+    pending: list[bytes] = [model_head, _MODEL_GRAPH_TAG, _varint(graph_size), graph_head]
+    held = sum(len(part) for part in pending)
     written = 0
-    for part in (model_head, _MODEL_GRAPH_TAG, _varint(graph_size), graph_head):
-        written += target.write(part)
-    for tensor, size in zip(initializers, sizes, strict=True):
+    for tensor, size, head in zip(initializers, sizes, heads, strict=True):
         data = tensor.SerializeToString()
         if len(data) != size:
             return None
-        written += target.write(_GRAPH_INITIALIZER_TAG) + target.write(_varint(size))
-        written += target.write(data)
-    for part in (graph_tail, model_tail):
-        written += target.write(part)
+        pending.append(head)
+        held += len(head)
+        if size < _WRITE_CHUNK:
+            pending.append(data)
+            held += size
+        if held >= _WRITE_CHUNK or size >= _WRITE_CHUNK:
+            written += target.write(b"".join(pending))
+            pending.clear()
+            held = 0
+        if size >= _WRITE_CHUNK:
+            written += target.write(data)
+    pending += (graph_tail, model_tail)
+    written += target.write(b"".join(pending))
     return written
+
+
+#: the most bytes :func:`_write_parts` holds before writing them (and the size from which a weight is written alone)
+_WRITE_CHUNK: Final = 1 << 16
 
 
 def _predicted_size(tensor: onnx.TensorProto) -> int | None:
@@ -1343,6 +1358,17 @@ def write_atomic(model: onnx.ModelProto | Model, path: Path) -> None:
 
 
 def _varint(value: int) -> bytes:
+    if value < 0x80:  # (the usual lengths, one or two bytes, without the loop)
+        return _ONE_BYTE_VARINTS[value] if value >= 0 else _long_varint(value)
+    if value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    return _long_varint(value)
+
+
+_ONE_BYTE_VARINTS: Final = [bytes((value,)) for value in range(0x80)]
+
+
+def _long_varint(value: int) -> bytes:
     out = bytearray()
     while value >= 0x80:
         out.append(value & 0x7F | 0x80)

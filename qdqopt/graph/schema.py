@@ -280,6 +280,9 @@ def type_string(type_proto: onnx.TypeProto | None) -> str | None:
     """ORT's ``DataTypeImpl`` string of a type (``tensor(float16)``, ``seq(tensor(int64))``...), None if unknown."""
     if type_proto is None:
         return None
+    elem = type_proto.tensor_type.elem_type  # (a tensor's, the usual case, first: an unset member reads as 0)
+    if elem:
+        return tensor_type_string(elem)
     kind = type_proto.WhichOneof("value")
     if kind == "tensor_type":
         elem = type_proto.tensor_type.elem_type
@@ -303,9 +306,9 @@ def type_string(type_proto: onnx.TypeProto | None) -> str | None:
 def known_type(type_proto: onnx.TypeProto) -> bool:
     """``type_string(type_proto) is not None``, without making the string (an element type that is no
     ``TensorProto.DataType`` raises ``ValueError`` as there)."""
-    if type_proto.HasField("tensor_type"):  # the usual case, without going through elem_types
-        elem = type_proto.tensor_type.elem_type
-        return bool(elem and _elem_name(elem))
+    elem = type_proto.tensor_type.elem_type  # a tensor's, the usual case, without going through elem_types (an
+    if elem:  # unset member reads as 0: any other type, or a tensor of none, goes through them)
+        return bool(tensor_type_string(elem))  # (its name, made once per element type)
     return all(elem and _elem_name(elem) for elem in elem_types(type_proto))
 
 

@@ -29,6 +29,8 @@ import onnx
 import onnx.defs
 import onnx.shape_inference
 
+from qdqopt.graph.schema import tensor_type_string
+
 __all__ = [
     "MS",
     "Dim",
@@ -126,6 +128,7 @@ class Node:
         # an inference function runs): input types by index, attributes by name, unless ``attributes`` gives the
         # node's attributes, all of them (:class:`KnownAttributes`: never edited here)
         self._input_types: dict[int, onnx.TypeProto | None] = {}
+        self._input_facts: dict[int, tuple[int, list[Dim] | None]] = {}
         self._attributes: dict[str, onnx.AttributeProto | None] = {}
         self._given = attributes
         self.num_inputs = int(ctx.get_num_inputs())
@@ -144,17 +147,28 @@ class Node:
         self._input_types[index] = found
         return found
 
+    def _facts(self, index: int) -> tuple[int, list[Dim] | None]:
+        """The input's element type (0: unknown, or not a tensor) and its dims (the input type's own Dims; None
+        without a shape), read from its type once (each field read through protobuf's API costs hundreds of
+        instructions, and the functions ask an input's type, shape and rank in turn)."""
+        facts = self._input_facts.get(index)
+        if facts is None:
+            found = self.input_type(index)
+            if found is None or found.WhichOneof("value") != "tensor_type":
+                facts = (0, None)
+            else:
+                tensor = found.tensor_type
+                facts = (int(tensor.elem_type), tensor.shape.dim[:] if tensor.HasField("shape") else None)
+            self._input_facts[index] = facts
+        return facts
+
     def elem(self, index: int) -> int:
         """The input's element type, 0 when unknown (ORT's ``propagateElemTypeFromInputToOutput`` would fail)."""
-        found = self.input_type(index)
-        if found is None or not found.HasField("tensor_type"):
-            return 0
-        return int(found.tensor_type.elem_type)
+        return self._facts(index)[0]
 
     def has_shape(self, index: int) -> bool:
         """``hasInputShape``."""
-        found = self.input_type(index)
-        return found is not None and found.HasField("tensor_type") and found.tensor_type.HasField("shape")
+        return self._facts(index)[1] is not None
 
     def has_shapes(self, count: int) -> bool:
         """``hasNInputShapes``: the first ``count`` inputs (all present) have shapes."""
@@ -162,11 +176,8 @@ class Node:
 
     def shape(self, index: int) -> list[Dim] | None:
         """The input's dims (a new list of the input type's own Dims), or None without a shape."""
-        if not self.has_shape(index):
-            return None
-        found = self.input_type(index)
-        assert found is not None
-        return found.tensor_type.shape.dim[:]  # type: ignore[no-any-return]
+        dims = self._facts(index)[1]
+        return None if dims is None else list(dims)
 
     # ----------------------------------------------------------------------------------------- attributes
     def attr(self, name: str) -> onnx.AttributeProto | None:
@@ -479,13 +490,6 @@ class _Formal:
     variadic: bool
 
 
-def _type_string(type_proto: onnx.TypeProto) -> str | None:
-    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.elem_type:
-        return None
-    name = onnx.TensorProto.DataType.Name(type_proto.tensor_type.elem_type).lower()
-    return f"tensor({name})"
-
-
 def _elem_of(type_str: str) -> int:
     if not (type_str.startswith("tensor(") and type_str.endswith(")")):
         return 0
@@ -522,12 +526,9 @@ class _Rule:
             formal = self._input_formal(index)
             if formal is None or not formal.homogeneous or formal.type_str != type_str:
                 continue
-            found = node.input_type(index)
-            if found is None:
-                continue
-            text = _type_string(found)
-            if text is not None and text in formal.allowed:
-                return int(found.tensor_type.elem_type)
+            elem = node.elem(index)
+            if elem and tensor_type_string(elem) in formal.allowed:
+                return elem
         return None
 
     def output_elem(self, node: Node, index: int, bound: dict[str, int | None], inferred: int) -> int:
