@@ -306,9 +306,11 @@ def type_string(type_proto: onnx.TypeProto | None) -> str | None:
 def known_type(type_proto: onnx.TypeProto) -> bool:
     """``type_string(type_proto) is not None``, without making the string (an element type that is no
     ``TensorProto.DataType`` raises ``ValueError`` as there)."""
-    elem = type_proto.tensor_type.elem_type  # a tensor's, the usual case, without going through elem_types (an
-    if elem:  # unset member reads as 0: any other type, or a tensor of none, goes through them)
-        return bool(tensor_type_string(elem))  # (its name, made once per element type)
+    # a tensor's element type, the usual case, first (an unset member of the oneof reads as 0: any other type, or a
+    # tensor of none, goes through elem_types); its name is made once per element type
+    elem = type_proto.tensor_type.elem_type
+    if elem:
+        return bool(tensor_type_string(elem))
     return all(elem and _elem_name(elem) for elem in elem_types(type_proto))
 
 
