@@ -233,6 +233,59 @@ def test_write_model_is_save_model(tmp_path: Path, level: Level, shuffled: bool)
     assert buffer.getvalue() == expected
 
 
+@pytest.mark.parametrize("level", [Level.DISABLE_ALL, Level.ALL], ids=lambda lv: lv.short)
+def test_write_model_joins_small_pieces_and_writes_large_weights_alone(tmp_path: Path, level: Level) -> None:
+    """write_model joins the initializers' headers and the small initializers into writes of up to 64 KiB and
+    writes a weight as large on its own: the bytes are save_model's, whatever the sizes on either side of that
+    bound (many small ones past it, one just under, at and over it), and the writes are few and never copy a large
+    weight."""
+    chunk = model_module._WRITE_CHUNK
+    sizes = [3] * 40 + [chunk // 8 - 1] * 9 + [chunk // 4 - 4, chunk // 4, chunk // 4 + 1, 1, chunk // 2]
+    rng = np.random.default_rng(1)
+    inits, nodes, last = [], [], "x"
+    for i, count in enumerate(sizes):
+        inits.append(numpy_helper.from_array(rng.standard_normal(count).astype(np.float32), f"c{i}"))
+        nodes.append(helper.make_node("Mul", ["x", f"c{i}"], [f"m{i}"]))  # (of the input: nothing folds)
+        nodes.append(helper.make_node("ReduceSum", [f"m{i}"], [f"s{i}"], keepdims=0))
+        nodes.append(helper.make_node("Add", [last, f"s{i}"], [f"a{i}"]))
+        last = f"a{i}"
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TP.FLOAT, [])],
+        [helper.make_tensor_value_info(last, TP.FLOAT, [])],
+        inits,
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    loaded = load_model(path)
+    run_pipeline(loaded, level)
+    expected = save_model(loaded).SerializeToString()
+    writes: list[int] = []
+
+    class Recording(io.BytesIO):
+        def write(self, data: object) -> int:
+            writes.append(len(data))  # type: ignore[arg-type]
+            return super().write(data)  # type: ignore[arg-type]
+
+    buffer = Recording()
+    assert write_model(loaded, buffer) == len(expected)
+    assert buffer.getvalue() == expected
+    saved = [t.ByteSize() for t in save_model(loaded).graph.initializer]
+    large = sorted(size for size in saved if size >= chunk)
+    # (the test's own premise: weights over the bound, and one just under it)
+    assert len(large) >= 3 and any(chunk - 32 < size < chunk for size in saved), saved
+    # each large weight is one write of exactly its bytes; everything else went in joined writes, never above the
+    # bound by more than one small piece
+    assert sorted(n for n in writes if n in large) == large, writes
+    joined = [n for n in writes if n not in large]
+    assert len(joined) < len(saved) // 4, writes
+    assert all(n < 2 * chunk for n in joined), writes
+    out = tmp_path / "out.onnx"
+    assert write_model(loaded, out) == len(expected)
+    assert out.read_bytes() == expected
+
+
 class _Stream(io.BytesIO):
     """A binary file object that cannot be sought (a pipe's)."""
 
