@@ -1247,16 +1247,17 @@ def _write_parts(
         if len(data) != size:
             return None
         pending.append(head)
-        held += len(head)
-        if size < _WRITE_CHUNK:
-            pending.append(data)
-            held += size
-        if held >= _WRITE_CHUNK or size >= _WRITE_CHUNK:
+        if size >= _WRITE_CHUNK:  # what is held (this weight's header last), then the weight on its own
+            written += target.write(b"".join(pending)) + target.write(data)
+            pending.clear()
+            held = 0
+            continue
+        pending.append(data)
+        held += len(head) + size
+        if held >= _WRITE_CHUNK:
             written += target.write(b"".join(pending))
             pending.clear()
             held = 0
-        if size >= _WRITE_CHUNK:
-            written += target.write(data)
     pending += (graph_tail, model_tail)
     written += target.write(b"".join(pending))
     return written

@@ -283,10 +283,7 @@ def type_string(type_proto: onnx.TypeProto | None) -> str | None:
     elem = type_proto.tensor_type.elem_type  # (a tensor's, the usual case, first: an unset member reads as 0)
     if elem:
         return tensor_type_string(elem)
-    kind = type_proto.WhichOneof("value")
-    if kind == "tensor_type":
-        elem = type_proto.tensor_type.elem_type
-        return tensor_type_string(elem) if elem else None
+    kind = type_proto.WhichOneof("value")  # (a tensor without an element type is unknown: None, at the end)
     if kind == "sparse_tensor_type":
         elem = type_proto.sparse_tensor_type.elem_type
         return f"sparse_tensor({_elem_name(elem)})" if elem else None
