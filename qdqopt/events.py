@@ -189,7 +189,7 @@ def text(kind: Kind, **fields: object) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ qdqopt's own
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class NoMatch:
     """Why a selector, filter or check refused a candidate: the reason (ORT's words where ORT has them) and the
     nodes it names besides the candidate; ``also`` holds further reasons checked at the same point, the first one
@@ -199,12 +199,17 @@ class NoMatch:
     nodes: tuple[str, ...] = ()
     also: tuple[str, ...] = ()
 
+    def __init__(self, reason: str, nodes: tuple[str, ...] = (), also: tuple[str, ...] = ()) -> None:
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "nodes", nodes)
+        object.__setattr__(self, "also", also)
+
     @property
     def reasons(self) -> tuple[str, ...]:
         return (self.reason, *self.also)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Unit:
     """The node unit a selector-action event is about: the target, its op (``domain.op`` outside ONNX), the rule
     tried (None: no rule for the op), the DequantizeLinear and QuantizeLinear nodes around it and, once fused or
@@ -217,14 +222,34 @@ class Unit:
     q_nodes: tuple[str, ...] = ()
     result_op: str | None = None
 
+    def __init__(
+        self,
+        target: str,
+        op: str,
+        rule: str | None,
+        dq_nodes: tuple[str, ...] = (),
+        q_nodes: tuple[str, ...] = (),
+        result_op: str | None = None,
+    ) -> None:
+        object.__setattr__(self, "target", target)
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "rule", rule)
+        object.__setattr__(self, "dq_nodes", dq_nodes)
+        object.__setattr__(self, "q_nodes", q_nodes)
+        object.__setattr__(self, "result_op", result_op)
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class Fusion:
     """What a transformer fusion (GeluFusion, LayerNormFusion, AttentionFusion, ...) made of a candidate: the op of
     the node it added (``domain.op`` outside ONNX) and that node's name."""
 
     op: str
     node: str
+
+    def __init__(self, op: str, node: str) -> None:
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "node", node)
 
     @property
     def text(self) -> str:
@@ -300,7 +325,6 @@ class EventLog:
         self.events.insert(at, event)
         return event
 
-    @contextlib.contextmanager
     def scope(
         self,
         *,
@@ -308,14 +332,9 @@ class EventLog:
         level: int | None = None,
         step: int | None = None,
         plugin: bool = False,
-    ) -> Iterator[EventLog]:
+    ) -> _Scope:
         """Record the events of the ``with`` block in that scope (the previous scope comes back after it)."""
-        saved = (self.pass_name, self.level, self.step, self.plugin)
-        self.pass_name, self.level, self.step, self.plugin = pass_name, level, step, plugin
-        try:
-            yield self
-        finally:
-            self.pass_name, self.level, self.step, self.plugin = saved
+        return _Scope(self, pass_name, level, step, plugin)
 
     def ort_events(self) -> list[Event]:
         """The events ORT would log too (everything but those of passes of one's own and qdqopt's own kinds)."""
@@ -329,6 +348,26 @@ class EventLog:
     def of_kind(self, *kinds: Kind, pass_name: str | None = None) -> list[Event]:
         """The events of those kinds (of that pass, if given), in order."""
         return [e for e in self.events if e.kind in kinds and (pass_name is None or e.pass_name == pass_name)]
+
+
+class _Scope:
+    """:meth:`EventLog.scope`'s context manager (a class, not ``contextlib.contextmanager``, whose machinery is
+    interpreted Python: the manager opens a scope per pass application)."""
+
+    def __init__(self, log: EventLog, pass_name: str | None, level: int | None, step: int | None, plugin: bool) -> None:
+        self.log = log
+        self.scope = (pass_name, level, step, plugin)
+        self.saved = self.scope
+
+    def __enter__(self) -> EventLog:
+        log = self.log
+        self.saved = (log.pass_name, log.level, log.step, log.plugin)
+        log.pass_name, log.level, log.step, log.plugin = self.scope
+        return log
+
+    def __exit__(self, *exc_info: object) -> None:
+        log = self.log
+        log.pass_name, log.level, log.step, log.plugin = self.saved
 
 
 _ACTIVE: Final[contextvars.ContextVar[EventLog | None]] = contextvars.ContextVar("qdqopt_event_log", default=None)

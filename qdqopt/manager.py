@@ -23,7 +23,6 @@ order.
 
 from __future__ import annotations
 
-import collections
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +42,7 @@ __all__ = ["MAX_STEPS", "PipelineResult", "StopRun", "TraceEntry", "run_pipeline
 MAX_STEPS = 10
 
 
-@dataclass
+@dataclass(init=False)
 class TraceEntry:
     """One transformer application."""
 
@@ -62,6 +61,23 @@ class TraceEntry:
     #: the pass did not run: its last application in the level found and changed nothing, and the graph is the same
     #: since, so that application's events were recorded again (see ``_Run.apply``)
     replayed: bool = False
+
+    def __init__(
+        self,
+        name: str,
+        stage: str,
+        step: int,
+        modified: bool,
+        implemented: bool,
+        op_delta: dict[str, int] | None = None,
+        missing_rules: tuple[str, ...] = (),
+        plugin: bool = False,
+        seconds: float = 0.0,
+        replayed: bool = False,
+    ) -> None:
+        self.name, self.stage, self.step, self.modified, self.implemented = name, stage, step, modified, implemented
+        self.op_delta = {} if op_delta is None else op_delta
+        self.missing_rules, self.plugin, self.seconds, self.replayed = missing_rules, plugin, seconds, replayed
 
     def ort_line(self) -> str:
         return f"GraphTransformer {self.name} modified: {int(self.modified)}"
@@ -98,7 +114,7 @@ Snapshot = Callable[[str, Graph], None]
 EntryHook = Callable[["TraceEntry", Graph], None]
 
 
-def op_counts(graph: Graph) -> collections.Counter[str]:
+def op_counts(graph: Graph) -> dict[str, int]:
     """Op counts of a graph and its subgraphs, keyed ``op`` or ``domain.op``."""
     return graph.op_counts()
 
@@ -110,9 +126,9 @@ def _log_changes(log: events.EventLog, name: str, changes: Changes) -> None:
     log.say(events.Kind.CHANGED, nodes, changes, name=name, added=added, removed=removed, rewired=rewired)
 
 
-def _delta(before: collections.Counter[str], after: collections.Counter[str]) -> dict[str, int]:
+def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     keys = sorted(set(before) | set(after))
-    return {k: after[k] - before[k] for k in keys if after[k] != before[k]}
+    return {k: after.get(k, 0) - before.get(k, 0) for k in keys if after.get(k, 0) != before.get(k, 0)}
 
 
 def _instantiate(spec: PassSpec, rules: tuple[RuleSpec, ...]) -> GraphTransformer | None:
@@ -216,7 +232,8 @@ class _Run:
         # first whose changes all came before this pass, runs most of its passes on the graph they left).
         stamp = graph.state_stamp()
         quiet = self.quiet.pop(spec.name, None)
-        with log.scope(pass_name=spec.name, level=log.level, step=log.step, plugin=spec.is_plugin):
+        plugin = spec.is_plugin  # (an interpreted property: asked once)
+        with log.scope(pass_name=spec.name, level=log.level, step=log.step, plugin=plugin):
             if log.level is not None:  # GraphTransformerManager::ApplyTransformers
                 log.say(events.Kind.APPLY, name=spec.name, step=step + 1)
             mark = len(log.events)
@@ -238,7 +255,7 @@ class _Run:
                 if modified:
                     self.quiet.clear()  # (the stamp is the safeguard; a reported change ends every replay)
                     _log_changes(log, spec.name, changes)
-                elif transformer is not None and not spec.is_plugin and not changes:
+                elif transformer is not None and not plugin and not changes:
                     # (kept with the stamp from before the application: one that changed the graph without saying
                     # so, a name generated say, moved the stamp, and is not replayed)
                     self.quiet[spec.name] = (stamp, log.events[mark:])
@@ -248,7 +265,7 @@ class _Run:
             step,
             modified,
             transformer is not None,
-            plugin=spec.is_plugin,
+            plugin=plugin,
             seconds=seconds,
             replayed=replayed,
         )

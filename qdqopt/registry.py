@@ -187,16 +187,17 @@ class PassSpec:
     plugin: str = ""
     #: for a pass of one's own, where it was asked to go (``after ReluQuantRewrite``, ``end of L2``)
     placement: str = ""
+    #: whether this is a pass of one's own, which ORT knows nothing of (:attr:`plugin` set; a field, not a property:
+    #: the compiled manager asks at every pass application, and a property of this interpreted class is a Python call)
+    is_plugin: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_plugin", bool(self.plugin))
 
     @property
     def class_name(self) -> str:
         """ORT's C++ class (the former name of :attr:`ort_class`)."""
         return self.ort_class
-
-    @property
-    def is_plugin(self) -> bool:
-        """Whether this is a pass of one's own, which ORT knows nothing of."""
-        return bool(self.plugin)
 
     @property
     def level_label(self) -> str:

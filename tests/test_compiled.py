@@ -13,6 +13,7 @@ every corpus model.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import random
@@ -20,6 +21,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -244,3 +246,64 @@ def test_a_plugin_runs_on_the_compiled_build(compiled_tree: Path) -> None:
     assert compiled["build"] == "compiled with mypyc" and source["build"] == "pure Python"
     assert compiled["results"] == source["results"]
     assert compiled["marked"] and source["marked"]
+
+
+#: how many objects of one class of a compiled module a run may make through generated code (the run's singletons,
+#: such as its Model and PassContext, and per-level or per-pass tables); a class made per node, unit, edge or
+#: candidate writes its own ``__init__``
+_GENERATED_PER_RUN = 4
+
+
+def _compiled_module(name: str) -> bool:
+    """Whether ``setup.py`` compiles the module (its ``COMPILED``: the graph core, the passes but two, the manager,
+    the events, the kernels and the partitioner)."""
+    if name.startswith("qdqopt.passes."):
+        return name not in ("qdqopt.passes.gelu_fusion", "qdqopt.passes.layer_norm_fusion")
+    return name.startswith("qdqopt.graph.") or name in (
+        "qdqopt.manager",
+        "qdqopt.events",
+        "qdqopt.kernels",
+        "qdqopt.partition",
+    )
+
+
+def test_a_run_makes_no_object_through_generated_code() -> None:
+    """Compiled with mypyc, a dataclass keeps the ``__init__`` the dataclasses module generates at run time, and a
+    ``NamedTuple`` its ``__new__``: interpreted Python even in the compiled build (mypyc issue #817), some 6,000
+    instructions an object. So a class of a compiled module that a run makes per node, unit, edge or candidate writes
+    its own ``__init__`` (docs/architecture.md, "The compiled build"). Over the examples, the fixtures' CI samples and
+    the cycle test's corpus models, at every level, a run makes at most :data:`_GENERATED_PER_RUN` objects of any such
+    class through generated code (functions whose source is ``<string>``)."""
+    import fixtures
+    import qdqopt
+
+    models: list[Any] = sorted(str(p) for p in (ROOT / "qdqopt" / "examples").glob("*.onnx"))
+    models += [str(p) for p in corpus_models() if corpus_id(p) in _CYCLE_MODELS]
+    models += [fixtures.get(name).build() for name in sorted(realarch_sample() | transformers_sample())]
+    qdqopt.run(models[0], 99)  # (the process's tables, made once, are made before the count)
+    worst: dict[str, tuple[int, str]] = {}
+    made: collections.Counter[str] = collections.Counter()
+
+    def count(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code.co_filename == "<string>":
+            found = frame.f_locals.get("self", frame.f_locals.get("_cls"))
+            cls = found if isinstance(found, type) else type(found)
+            if _compiled_module(cls.__module__):
+                made[f"{cls.__module__}.{cls.__qualname__}"] += 1
+
+    for model in models:
+        for level in (0, 1, 2, 3, 99):
+            made.clear()
+            sys.setprofile(count)
+            try:
+                qdqopt.run(model, level)
+            except Exception:  # (a refusal: what the run made until then still counts)
+                pass
+            finally:
+                sys.setprofile(None)
+            for name, times in made.items():
+                if times > worst.get(name, (0, ""))[0]:
+                    where = model if isinstance(model, str) else model.graph.name
+                    worst[name] = (times, f"{Path(where).name} at level {level}")
+    too_many = {name: found for name, found in worst.items() if found[0] > _GENERATED_PER_RUN}
+    assert not too_many, f"made through generated code (write the class's own __init__): {too_many}"

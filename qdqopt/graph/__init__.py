@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 from qdqopt.graph import contrib
-from qdqopt.graph.core import Changes, CollectionPaused, Edge, Graph, Node, ShapeDims, View, dim_values, dims_equal
+from qdqopt.graph.core import (
+    Changes,
+    CollectionPaused,
+    Edge,
+    Graph,
+    Node,
+    ShapeDims,
+    View,
+    dim_values,
+    dims_equal,
+    element_count,
+)
 from qdqopt.graph.model import Model, load_model, save_model
 from qdqopt.graph.order import NodeIndex
 
@@ -19,6 +30,7 @@ __all__ = [
     "View",
     "dim_values",
     "dims_equal",
+    "element_count",
     "load_model",
     "save_model",
 ]

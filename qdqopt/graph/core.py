@@ -34,13 +34,12 @@ keep edges, producers and the *modified* flag consistent. networkx never leaves 
 
 from __future__ import annotations
 
-import collections
 import enum
 import gc
 import operator
 import sys
 import types
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, overload
 
@@ -78,6 +77,7 @@ __all__ = [
     "decode_str",
     "dim_values",
     "dims_equal",
+    "element_count",
     "merge_declared",
     "tensor_array",
 ]
@@ -174,6 +174,21 @@ _RAW_DTYPES: dict[int, np.dtype] = {
         onnx.TensorProto.BOOL,
     )
 }
+
+
+def element_count(dims: Iterable[int]) -> int:
+    """The number of elements of a tensor of these dims (1 for none) as ORT counts it in int64, wrapping around
+    (``np.prod(dims, dtype=np.int64)``, without making an array)."""
+    count = 1
+    for dim in dims:
+        count *= dim
+    if -_SMALL < count < _SMALL:  # (no wrapping to do: compiled, integers this small are native)
+        return count
+    return (count + _INT64_WRAP) % (2 * _INT64_WRAP) - _INT64_WRAP
+
+
+_SMALL: Final = 1 << 60
+_INT64_WRAP: Final = 1 << 63
 
 
 def tensor_array(tensor: onnx.TensorProto) -> np.ndarray:
@@ -291,7 +306,7 @@ class Edge(NamedTuple):
     value: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Changes:
     """What a stretch of edits did to a graph and its subgraphs (see :meth:`Graph.take_changes`): the nodes added,
     the nodes removed and the surviving older nodes whose inputs or outputs were pointed elsewhere, each as
@@ -301,6 +316,16 @@ class Changes:
     added: tuple[tuple[NodeIndex, str, str], ...] = ()
     removed: tuple[tuple[NodeIndex, str, str], ...] = ()
     rewired: tuple[tuple[NodeIndex, str, str], ...] = ()
+
+    def __init__(
+        self,
+        added: tuple[tuple[NodeIndex, str, str], ...] = (),
+        removed: tuple[tuple[NodeIndex, str, str], ...] = (),
+        rewired: tuple[tuple[NodeIndex, str, str], ...] = (),
+    ) -> None:
+        object.__setattr__(self, "added", added)
+        object.__setattr__(self, "removed", removed)
+        object.__setattr__(self, "rewired", rewired)
 
     def __bool__(self) -> bool:
         return bool(self.added or self.removed or self.rewired)
@@ -702,11 +727,14 @@ class Graph:
         wanted, nodes = normalize_domain(domain), self._nodes
         return any(normalize_domain(nodes[index].domain) == wanted for index in self._by_op.get(op_type, ()))
 
-    def op_counts(self) -> collections.Counter[str]:
-        """Op counts of this graph and its subgraphs, keyed ``op`` or ``domain.op`` (kept as nodes come and go)."""
-        counts = collections.Counter(self._op_count)
+    def op_counts(self) -> dict[str, int]:
+        """Op counts of this graph and its subgraphs, keyed ``op`` or ``domain.op`` (kept as nodes come and go); an
+        op no node has is absent. (A dict, not a ``Counter``: the manager asks twice per pass application, and
+        ``Counter``'s methods are interpreted Python.)"""
+        counts = dict(self._op_count)
         for _, _, sub in self.subgraphs():
-            counts.update(sub.op_counts())
+            for op, count in sub.op_counts().items():
+                counts[op] = counts.get(op, 0) + count
         return counts
 
     def topological_order(self) -> list[Node]:
@@ -1316,7 +1344,7 @@ class Graph:
         if owner is not None and _declared_input_type(owner, value) is None:  # type_proto's first case, made short
             return int(owner._inits[value].data_type) or None
         found = self.type_proto(value)
-        return None if found is None else self._facts(found)[1]
+        return None if found is None else self._elem(found)
 
     def type_proto(self, value: str) -> onnx.TypeProto | None:
         """``NodeArg::TypeAsProto()`` as a pass application sees it (``View.PASS``), or None.
@@ -1385,6 +1413,15 @@ class Graph:
         facts = memo[key] = _read_type_facts(found)
         return facts
 
+    def _elem(self, found: onnx.TypeProto) -> int | None:
+        """``_facts(found)[1]``, the element type alone: from the facts already read, else from the type itself
+        without reading its shape (a type freshly inferred, asked for its element type only, costs two field reads
+        instead of every dim's)."""
+        facts = self._type_facts.get(id(found))
+        if facts is not None and facts[0] is found:
+            return facts[1]
+        return int(found.tensor_type.elem_type) or None  # (an unset oneof member reads as empty: not a tensor, 0)
+
     def _typed_dims(self, value: str) -> list[int | None] | None:
         found = self.value_type(value)
         dims = None if found is None else self._facts(found)[2]
@@ -1411,7 +1448,7 @@ class Graph:
             if local is not None and local.HasField("tensor_type") and local.tensor_type.elem_type:
                 return int(local.tensor_type.elem_type)
         found = self._data_type(value)
-        return None if found is None else self._facts(found)[1]
+        return None if found is None else self._elem(found)
 
     def _data_shape(self, value: str, as_written: bool = False) -> ShapeDims | None:
         """``View.DATA``'s shape: an initializer's dims (unless a graph input of that name declares the type), a graph
@@ -1460,7 +1497,7 @@ class Graph:
         if self.max_node_index() != len(self._nodes):
             return  # (the loader numbers the nodes from 0: the snapshot below is by index)
         # the nodes as loaded, in flat lists (a container per node would cost the collector's time at load)
-        loaded = _LoadedNodes([], [], [], [], [], [], [])
+        loaded = _LoadedNodes()
         for node in self._nodes.values():
             loaded.ops.append(node.op_type)
             loaded.domains.append(node.domain)
@@ -1473,8 +1510,15 @@ class Graph:
             loaded.attrs.extend(node.attributes.values())
         loaded.starts.append(len(loaded.values))
         loaded.attr_starts.append(len(loaded.attr_names))
-        values = (list(self.inputs), list(self.outputs), list(self.value_info))
-        self._load_pass_types = _PassSeed(types, self.max_node_index(), dict(self._inits), *values, loaded)
+        self._load_pass_types = _PassSeed(
+            types,
+            self.max_node_index(),
+            dict(self._inits),
+            list(self.inputs),
+            list(self.outputs),
+            list(self.value_info),
+            loaded,
+        )
 
     def seeded_pass_types(self) -> dict[str, onnx.TypeProto] | None:
         """The types the run's first :func:`~qdqopt.graph.inference.infer_types` gives this main graph, from the
@@ -1531,12 +1575,13 @@ class Graph:
         made: dict[str, onnx.TypeProto | None],
     ) -> bool:
         """Whether ``node`` types as node ``index`` did when loaded (:meth:`seeded_pass_types`)."""
+        at: int = index  # (a node index is a Python object, for dicts and sets; here it indexes typed lists)
         loaded = seed.nodes
-        op_type, domain = loaded.ops[index], loaded.domains[index]
+        op_type, domain = loaded.ops[at], loaded.domains[at]
         if node.op_type != op_type or node.domain != domain:
             return False
         values, starts = loaded.values, loaded.starts
-        first_input, first_output, end = starts[2 * index], starts[2 * index + 1], starts[2 * index + 2]
+        first_input, first_output, end = starts[2 * at], starts[2 * at + 1], starts[2 * at + 2]
         outputs, inputs = node.outputs, node.inputs
         if len(outputs) != end - first_output or len(inputs) != first_output - first_input:
             return False
@@ -1544,7 +1589,7 @@ class Graph:
             if values[first_output + slot] != value:
                 return False
         now = node.attributes
-        first_attr, end_attr = loaded.attr_starts[index], loaded.attr_starts[index + 1]
+        first_attr, end_attr = loaded.attr_starts[at], loaded.attr_starts[at + 1]
         for position in range(first_attr, end_attr):
             if now.get(loaded.attr_names[position]) is not loaded.attrs[position]:
                 return False
@@ -2105,7 +2150,7 @@ class Graph:
         if name in declared:
             return int(declared[name])
         found = self.value_type(name) if nested else self._types.get(name)
-        return (self._facts(found)[1] or 0) if found is not None else 0
+        return (self._elem(found) or 0) if found is not None else 0
 
     def _refresh_subgraph_reads(self) -> None:
         """Resolve's ``BuildConnections``: innermost graphs first, every node with subgraphs gets its implicit inputs
@@ -2405,30 +2450,37 @@ _CLONED_FIELDS = {
 }
 
 
-class _LoadedNodes(NamedTuple):
+class _LoadedNodes:
     """The nodes as loaded, by index: op type, domain, and in flat lists, node after node, their inputs then outputs
     (``starts``: where a node's inputs begin, where its outputs begin, then the next node's inputs) and attributes
-    (``attr_starts``: where a node's begin)."""
+    (``attr_starts``: where a node's begin). (A plain class, as :class:`_PassSeed`: compiled, a ``NamedTuple``'s
+    fields read as untyped objects, and the seed's check reads them for every node.)"""
 
-    ops: list[str]
-    domains: list[str]
-    values: list[str]
-    starts: list[int]
-    attr_names: list[str]
-    attrs: list[onnx.AttributeProto]
-    attr_starts: list[int]
+    def __init__(self) -> None:
+        self.ops: list[str] = []
+        self.domains: list[str] = []
+        self.values: list[str] = []
+        self.starts: list[int] = []
+        self.attr_names: list[str] = []
+        self.attrs: list[onnx.AttributeProto] = []
+        self.attr_starts: list[int] = []
 
 
-class _PassSeed(NamedTuple):
+class _PassSeed:
     """What :meth:`Graph.seed_pass_types` keeps: the load-time types and the graph they hold for."""
 
-    types: dict[str, onnx.TypeProto]
-    next_index: int
-    inits: dict[str, onnx.TensorProto]
-    inputs: list[onnx.ValueInfoProto]
-    outputs: list[onnx.ValueInfoProto]
-    value_info: list[onnx.ValueInfoProto]
-    nodes: _LoadedNodes
+    def __init__(
+        self,
+        types: dict[str, onnx.TypeProto],
+        next_index: int,
+        inits: dict[str, onnx.TensorProto],
+        inputs: list[onnx.ValueInfoProto],
+        outputs: list[onnx.ValueInfoProto],
+        value_info: list[onnx.ValueInfoProto],
+        nodes: _LoadedNodes,
+    ) -> None:
+        self.types, self.next_index, self.inits, self.nodes = types, next_index, inits, nodes
+        self.inputs, self.outputs, self.value_info = inputs, outputs, value_info
 
 
 #: the ONNX ops whose shape inference reads no input's data (getInputData): a consumer renamed to an initializer of

@@ -47,7 +47,7 @@ from onnx import numpy_helper
 from qdqopt.errors import ModelError
 from qdqopt.graph import inference
 from qdqopt.graph.contrib._base import KnownAttributes, display_name
-from qdqopt.graph.core import CollectionPaused, Graph, Node, node_proto_head, tensor_array
+from qdqopt.graph.core import CollectionPaused, Graph, Node, element_count, node_proto_head, tensor_array
 from qdqopt.graph.inference import (
     fill_unknown,
     has_dim,
@@ -1014,7 +1014,7 @@ def _constant_to_tensor(node: onnx.NodeProto) -> onnx.TensorProto:
 
 
 def _byte_size(tensor: onnx.TensorProto) -> int:
-    count = _int64_product(tensor.dims[:])
+    count = element_count(tensor.dims[:])
     data_type = tensor.data_type
     item = _RAW_ITEM_SIZES.get(data_type)
     if item is not None:
@@ -1022,22 +1022,6 @@ def _byte_size(tensor: onnx.TensorProto) -> int:
     if data_type in _FOUR_BIT:
         return (count * 4 + 7) // 8
     return count * _item_size(data_type)
-
-
-def _int64_product(dims: Iterable[int]) -> int:
-    """``np.prod`` of int64 dims (1 for none), wrapping around as int64 arithmetic does, without making an array."""
-    count = 1
-    for dim in dims:
-        count *= dim
-    if -_SMALL < count < _SMALL:  # (no wrapping to do: compiled, integers this small are native)
-        return count
-    return (count + _INT64_WRAP) % (2 * _INT64_WRAP) - _INT64_WRAP
-
-
-_SMALL: Final = 1 << 60
-
-
-_INT64_WRAP = 1 << 63
 
 
 @functools.cache
@@ -1277,7 +1261,7 @@ def _predicted_size(tensor: onnx.TensorProto) -> int | None:
     if item is None:
         return None
     dims = tensor.dims[:]
-    length = _int64_product(dims) * item
+    length = element_count(dims) * item
     if length < RAW_THRESHOLD_BYTES or not tensor.HasField("raw_data"):
         return None
     size = 1 + _varint_length(length) + length  # raw_data (field 9: one byte of tag)

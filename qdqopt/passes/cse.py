@@ -31,7 +31,6 @@ Rules (``common_subexpression_elimination.cc``):
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import onnx
 
@@ -47,10 +46,14 @@ __all__ = ["CommonSubexpressionElimination"]
 _MISSING = ""  # all missing values (inputs or outputs) share ORT's one empty-named NodeArg
 
 
-class _Representative(NamedTuple):
-    value: str
-    node_index: int
-    output_index: int
+class _Representative:
+    """A value class's first value: its name and producing output. (A plain class: a ``NamedTuple``'s ``__new__``
+    is interpreted Python even in the compiled build, and CSE makes one per value.)"""
+
+    __slots__ = ("node_index", "output_index", "value")
+
+    def __init__(self, value: str, node_index: int, output_index: int) -> None:
+        self.value, self.node_index, self.output_index = value, node_index, output_index
 
 
 class _Never:

@@ -440,7 +440,7 @@ def append_tensor_from_initializer(graph: Graph, name: str, data: list[int]) -> 
     return True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class EdgeToMatch:
     """``graph_utils::EdgeEndToMatch``: an edge's slots and the op at its other end."""
 
@@ -449,6 +449,15 @@ class EdgeToMatch:
     op_type: str
     versions: tuple[int, ...]
     domain: str = ""
+
+    def __init__(
+        self, src_arg_index: int, dst_arg_index: int, op_type: str, versions: tuple[int, ...], domain: str = ""
+    ) -> None:
+        object.__setattr__(self, "src_arg_index", src_arg_index)
+        object.__setattr__(self, "dst_arg_index", dst_arg_index)
+        object.__setattr__(self, "op_type", op_type)
+        object.__setattr__(self, "versions", versions)
+        object.__setattr__(self, "domain", domain)
 
 
 def edge_path(*steps: tuple[str, tuple[int, ...]]) -> tuple[EdgeToMatch, ...]:

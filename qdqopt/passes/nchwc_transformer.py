@@ -109,7 +109,7 @@ class _Shape:
         return dim < _DIMS - _SPATIAL or self.shifts[dim - 2] == other.shifts[dim - 2]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, init=False)
 class _PNode:
     """A node as the pass sees it: an existing node (``existing``) with possibly changed inputs/outputs, or a node
     the pass creates (added to the graph at the end, in creation order)."""
@@ -123,6 +123,23 @@ class _PNode:
     attr_map: StdUnorderedMap = field(default_factory=StdUnorderedMap)
     doc_string: str = ""
     existing: Node | None = None
+
+    def __init__(
+        self,
+        name: str,
+        op_type: str,
+        domain: str,
+        inputs: list[str],
+        outputs: list[str],
+        attributes: dict[str, onnx.AttributeProto] | None = None,
+        attr_map: StdUnorderedMap | None = None,
+        doc_string: str = "",
+        existing: Node | None = None,
+    ) -> None:
+        self.name, self.op_type, self.domain, self.inputs, self.outputs = name, op_type, domain, inputs, outputs
+        self.attributes = {} if attributes is None else attributes
+        self.attr_map = StdUnorderedMap() if attr_map is None else attr_map
+        self.doc_string, self.existing = doc_string, existing
 
     def add_attribute(self, attr: onnx.AttributeProto) -> None:
         """``Node::AddAttribute``: replace the value, keep an existing key's place."""

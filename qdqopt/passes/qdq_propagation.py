@@ -79,13 +79,18 @@ def can_propagate(node: Node) -> bool:
     return versions is not None and is_supported_op(node, node.op_type, versions)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class _Edge:
     """``ExtendedGraphEdge``: a node-to-node edge, or one from a graph input/initializer or to a graph output."""
 
     src: tuple[int, int] | None  # (node index, output slot); None: graph input or initializer
     dst: tuple[int, int] | None  # (node index, input slot); None: graph output
     arg_name: str
+
+    def __init__(self, src: tuple[int, int] | None, dst: tuple[int, int] | None, arg_name: str) -> None:
+        object.__setattr__(self, "src", src)
+        object.__setattr__(self, "dst", dst)
+        object.__setattr__(self, "arg_name", arg_name)
 
 
 class QDQPropagationTransformer(GraphTransformer):
@@ -172,12 +177,15 @@ def _next_propagation_edges(graph: Graph, edge: _Edge) -> list[_Edge]:
 
 
 # ---------------------------------------------------------------------------------------------------- insertion
-@dataclass
+@dataclass(init=False)
 class _Attrs:
     """A ``NodeAttributes`` map to give a new node: the protos and the map's iteration state."""
 
     protos: dict[str, onnx.AttributeProto]
     order: StdUnorderedMap
+
+    def __init__(self, protos: dict[str, onnx.AttributeProto], order: StdUnorderedMap) -> None:
+        self.protos, self.order = protos, order
 
     def add_node(self, graph: Graph, name: str, op_type: str, inputs: list[str], output: str, domain: str) -> None:
         """Add an inserted Q or DQ node with these attributes."""

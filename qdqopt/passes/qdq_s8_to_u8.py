@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, element_count
 from qdqopt.passes.base import GraphTransformer, PassContext
 from qdqopt.passes.graph_utils import check_output_edges, output_nodes
 from qdqopt.passes.qdq_util import is_dq, is_q
@@ -41,10 +41,6 @@ __all__ = ["QDQS8ToU8Transformer", "int8_tensor_to_uint8"]
 
 TP = onnx.TensorProto
 _raw_tensor = raw_uint8_tensor  # looked up here at each call (a test shifts the generated zp through it)
-
-
-def _size(tensor: onnx.TensorProto) -> int:
-    return int(np.prod(list(tensor.dims), dtype=np.int64))
 
 
 class QDQS8ToU8Transformer(GraphTransformer):
@@ -79,12 +75,12 @@ class QDQS8ToU8Transformer(GraphTransformer):
             dq_zp = local_constant(graph, dq_zp_name)
             if dq_zp is None:
                 return False
-        if _size(q_zp) != 1 or q_zp.data_type != TP.INT8:
+        if element_count(q_zp.dims[:]) != 1 or q_zp.data_type != TP.INT8:
             return False
         q_value = int(np.asarray(graph.array(q_zp.name)).reshape(-1)[0])
         dq_value = 0
         if dq_zp is not None:
-            if _size(dq_zp) != 1 or dq_zp.data_type != TP.INT8:
+            if element_count(dq_zp.dims[:]) != 1 or dq_zp.data_type != TP.INT8:
                 return False
             dq_value = int(np.asarray(graph.array(dq_zp.name)).reshape(-1)[0])
         if q_value != dq_value:

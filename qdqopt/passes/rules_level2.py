@@ -33,7 +33,7 @@ import numpy as np
 import onnx
 
 from qdqopt.errors import ModelError
-from qdqopt.graph import Graph, Node
+from qdqopt.graph import Graph, Node, element_count
 from qdqopt.passes.base import PassContext, RewriteRule, RuleEffect
 from qdqopt.passes.graph_utils import (
     can_remove_node,
@@ -77,10 +77,6 @@ def _array(graph: Graph, name: str) -> np.ndarray:
     return np.asarray(owner.array(name))
 
 
-def _size(tensor: onnx.TensorProto) -> int:
-    return int(np.prod(list(tensor.dims), dtype=np.int64))
-
-
 def _single_q_consumer(graph: Graph, node: Node) -> Node | None:
     """The one consumer when ``CheckOutputEdges(node, 1)`` holds and it is a Q on the CPU EP."""
     if not check_output_edges(graph, node, 1):
@@ -110,7 +106,7 @@ class ReluQuantFusion(RewriteRule):
         if len(q.inputs) != 3:
             return RuleEffect.NONE
         zp = _local_constant(graph, q.inputs[2])
-        if zp is None or _size(zp) != 1:
+        if zp is None or element_count(zp.dims[:]) != 1:
             return RuleEffect.NONE
         qrange = _QRANGE.get(zp.data_type)
         if qrange is not None and int(_array(graph, q.inputs[2]).reshape(-1)[0]) != qrange[0]:
@@ -140,7 +136,7 @@ def _bound_value(graph: Graph, name: str) -> float | None:
                 continue
             return None
         owned = constant_initializer(graph, arg)
-        if owned is None or _size(owned[1]) != 1:
+        if owned is None or element_count(owned[1].dims[:]) != 1:
             return None
         values.append(_array(graph, arg).reshape(-1))
     x = int(values[0][0])

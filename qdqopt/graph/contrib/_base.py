@@ -102,12 +102,15 @@ def _known_attributes(ctx: onnx.shape_inference.InferenceContext) -> Mapping[str
     return nodes.get(str(ctx.get_display_name())) if nodes else None
 
 
-@dataclass
+@dataclass(init=False)
 class Inferred:
     """What an inference function says of one output: element type (0: none) and shape (None: none)."""
 
     elem: int = 0
     dims: list[Dim] | None = None
+
+    def __init__(self, elem: int = 0, dims: list[Dim] | None = None) -> None:
+        self.elem, self.dims = elem, dims
 
 
 class Node:

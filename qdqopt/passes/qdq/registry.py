@@ -24,13 +24,27 @@ ACL = "ACLExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Entry:
     name: str
     ops: dict[str, tuple[int, ...]]
     selector: sel.NodeGroupSelector
     action: act.Action
     eps: tuple[str, ...]
+
+    def __init__(
+        self,
+        name: str,
+        ops: dict[str, tuple[int, ...]],
+        selector: sel.NodeGroupSelector,
+        action: act.Action,
+        eps: tuple[str, ...],
+    ) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "ops", ops)
+        object.__setattr__(self, "selector", selector)
+        object.__setattr__(self, "action", action)
+        object.__setattr__(self, "eps", eps)
 
 
 def build_registry(accuracy_level: int = 4, block_size: int = 0) -> list[Entry]:

@@ -73,7 +73,7 @@ def dtype_name(dtype: int | None) -> str:
     return "unknown" if dtype is None else _DTYPE_NAME.get(dtype, str(dtype))
 
 
-@dataclass
+@dataclass(init=False)
 class Selection:
     """A unit ORT would fuse: DQs by input slot (``None`` pads Conv/Gemm's bias slot), target, Qs, redundant clip."""
 
@@ -81,6 +81,11 @@ class Selection:
     target: Node
     q_nodes: list[Node]
     clip: Node | None = None
+
+    def __init__(
+        self, dq_nodes: list[Node | None], target: Node, q_nodes: list[Node], clip: Node | None = None
+    ) -> None:
+        self.dq_nodes, self.target, self.q_nodes, self.clip = dq_nodes, target, q_nodes, clip
 
 
 class Ctx:

@@ -10,7 +10,7 @@ run (:mod:`qdqopt.events`) with a :class:`PushEvent` as its payload: ``pushed`` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -36,7 +36,7 @@ CPU = "CPUExecutionProvider"
 MS = "com.microsoft"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class PushEvent:
     """One layout decision on a node, the payload of its event: the node, the outcome (the transpose optimizer's
     ``pushed``, ``refused`` or ``not pushed``; NhwcTransformer's ``converted`` or ``skipped``) and the reason, or,
@@ -47,6 +47,13 @@ class PushEvent:
     op: str
     outcome: str
     reason: str = ""
+
+    def __init__(self, node_index: int, node_name: str, op: str, outcome: str, reason: str = "") -> None:
+        object.__setattr__(self, "node_index", node_index)
+        object.__setattr__(self, "node_name", node_name)
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "outcome", outcome)
+        object.__setattr__(self, "reason", reason)
 
 
 #: what a node becomes when a Transpose is pushed through it, where its handler changes it
@@ -68,7 +75,7 @@ def record_layout(push: PushEvent) -> PushEvent:
     with what the node became filled in for a push."""
     if push.outcome == "pushed":
         if not push.reason:
-            push = replace(push, reason=pushed_form(push.op))
+            push = PushEvent(push.node_index, push.node_name, push.op, push.outcome, pushed_form(push.op))
         say(Kind.PUSHED, (push.node_name,), push, op=push.op, became=push.reason)
     elif push.outcome == "converted":
         say(Kind.CONVERTED, (push.node_name,), push, op=push.op, became=push.reason)

@@ -25,9 +25,10 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class HandlerArgs:
-    """``HandlerArgs``: a push of ``transpose`` (with ``perm``) through ``node``."""
+    """``HandlerArgs``: a push of ``transpose`` (with ``perm``) through ``node``. (Made in one place, per push, and
+    only read: not frozen, so that its own ``__init__`` sets the fields directly.)"""
 
     ctx: OptimizerCtx
     transpose: Node
@@ -35,6 +36,18 @@ class HandlerArgs:
     perm: list[int]
     perm_inv: list[int]
     transposible_inputs: list[int]
+
+    def __init__(
+        self,
+        ctx: OptimizerCtx,
+        transpose: Node,
+        node: Node,
+        perm: list[int],
+        perm_inv: list[int],
+        transposible_inputs: list[int],
+    ) -> None:
+        self.ctx, self.transpose, self.node = ctx, transpose, node
+        self.perm, self.perm_inv, self.transposible_inputs = perm, perm_inv, transposible_inputs
 
 
 HandlerFn = Callable[[HandlerArgs], bool]
