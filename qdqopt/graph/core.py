@@ -721,6 +721,10 @@ class Graph:
         """Live nodes in index order (the dict's insertion order: indices only grow and are never reused)."""
         return list(self._nodes.values())
 
+    def op_types(self) -> frozenset[str]:
+        """The op types of this graph's live nodes (its subgraphs aside, any domain), from the op type index."""
+        return frozenset(self._by_op)
+
     def has_node_of(self, op_type: str, domain: str = "") -> bool:
         """Whether a live node of this graph (its subgraphs aside) is ``domain``'s ``op_type`` (through the op type
         index: the nodes are not walked)."""

@@ -23,7 +23,7 @@ the results and decides when to run it again:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Final
 
 import onnx
@@ -179,7 +179,9 @@ def producer_index(graph: Graph, value: str) -> int:
 
 
 # -------------------------------------------------------------------------------------------------------- load and save
-def infer_model_types(proto: onnx.ModelProto, *, subgraphs: bool = True) -> dict[str, onnx.TypeProto]:
+def infer_model_types(
+    proto: onnx.ModelProto, *, subgraphs: bool = True, op_types: Collection[str] | None = None
+) -> dict[str, onnx.TypeProto]:
     """Types of every tensor of the main graph as ORT's Resolve infers them (best effort: ops ONNX does not know keep
     their declared types).
 
@@ -188,7 +190,9 @@ def infer_model_types(proto: onnx.ModelProto, *, subgraphs: bool = True) -> dict
     inference gives without propagation, their unknown dims filled from an inference with ONNX's propagation on a copy
     of the model where the propagation ORT does not do cannot happen. ``proto`` is edited: give a copy made for it,
     without the weights' data (:mod:`qdqopt.graph.model` makes one, ``_inference_model``). ``subgraphs``: False
-    when the model has none (nothing to look for in its nodes' attributes).
+    when the model has none (nothing to look for in its nodes' attributes). ``op_types``: the op types of the main
+    graph's nodes, when the caller knows them (its graph's op type index), so that the steps only some ops need are
+    skipped without reading every node of ``proto`` (each read through protobuf's Python API costs).
     """
     declared_outputs: dict[str, onnx.TypeProto] = {}
     for output in proto.graph.output[:]:  # a declared output shape must not block inference: the inferred one wins
@@ -220,7 +224,9 @@ def infer_model_types(proto: onnx.ModelProto, *, subgraphs: bool = True) -> dict
         # downstream infer from the merged NodeArgs, so infer again with them declared (fuzz seed 4 case 613: Split
         # after a Loop's output, read by an If branch; seed 5 case 179: Concat of a Resize's output and a value
         # of a declared batch dim)
-        changed = _fill_declared_outputs(types, declared_outputs) | _unify_concat_dims(proto.graph, types)
+        changed = _fill_declared_outputs(types, declared_outputs)
+        if op_types is None or "Concat" in op_types:
+            changed |= _unify_concat_dims(proto.graph, types)
         if not changed:
             break
         pinned.update((name, types[name]) for name in changed)
@@ -231,6 +237,8 @@ def infer_model_types(proto: onnx.ModelProto, *, subgraphs: bool = True) -> dict
             return types
         types = _types_of(inferred.graph, declared, invented=invented, subgraphs=subgraphs)
     _fill_declared_outputs(types, declared_outputs)
+    if op_types is not None and not any(op in op_types for op in SHAPE_VALUE_SOURCES):
+        return types  # (what _propagated_as_ort finds first: no shape value to keep)
     return _propagated_as_ort(proto, types, declared, subgraphs=subgraphs)
 
 
@@ -587,12 +595,11 @@ def _typed_values(gp: onnx.GraphProto) -> list[tuple[str, onnx.TypeProto]]:
     element type if it is a tensor's."""
     out = []
     for v in (*gp.input[:], *gp.output[:], *gp.value_info[:]):
-        if v.HasField("type"):
-            found = v.type
-            # (the element type first: a tensor's, the usual case, answers without asking which member is set; an
-            # unset tensor_type reads as elem_type 0 without being set)
-            if found.tensor_type.elem_type or not found.HasField("tensor_type"):
-                out.append((v.name, found))
+        # (the element type first: a tensor's, the usual case, answers without asking which fields are set; an unset
+        # type or tensor_type reads as elem_type 0 without being set)
+        found = v.type
+        if found.tensor_type.elem_type or (v.HasField("type") and not found.HasField("tensor_type")):
+            out.append((v.name, found))
     return out
 
 

@@ -281,7 +281,7 @@ def _load_model(source: ModelSource, inline_local_functions: bool) -> Model:
         _check_inputs_defined(gp, frozenset(), initializers)  # raises, naming the first undefined input
     model = Model(header=header, graph=graph, opset_import=opset_import, base_dir=base)
     model.value_types = _infer_types(
-        _inference_model(header, gp, initializers, stripped), owned=True, subgraphs=_has_subgraphs(graph)
+        _inference_model(header, gp, initializers, stripped), owned=True, subgraphs=_has_subgraphs(graph), graph=graph
     )
     _load_time_resolve(graph)
     if not header.functions and _data_types_as_loaded(graph, model.value_types):
@@ -1146,12 +1146,17 @@ def _inference_model(
     return out
 
 
-def _infer_types(proto: onnx.ModelProto, *, owned: bool = False, subgraphs: bool = True) -> dict[str, onnx.TypeProto]:
+def _infer_types(
+    proto: onnx.ModelProto, *, owned: bool = False, subgraphs: bool = True, graph: Graph | None = None
+) -> dict[str, onnx.TypeProto]:
     """:func:`qdqopt.graph.inference.infer_model_types` of ``proto``, with the data of the initializers it may read
     (:func:`_inference_tensor`): no weight is copied (``owned``: ``proto`` is such a copy already, made by
-    :func:`_inference_model`, and is edited; ``subgraphs``: False when the model has none)."""
+    :func:`_inference_model`, and is edited; ``subgraphs``: False when the model has none; ``graph``: the main graph
+    ``proto`` holds, whose op type index answers which ops it has)."""
     return infer_model_types(
-        proto if owned else _inference_model(proto, proto.graph, proto.graph.initializer), subgraphs=subgraphs
+        proto if owned else _inference_model(proto, proto.graph, proto.graph.initializer),
+        subgraphs=subgraphs,
+        op_types=None if graph is None else graph.op_types(),
     )
 
 
@@ -1411,7 +1416,7 @@ def _save_parts(model: Model) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
     subgraphs = _has_subgraphs(model.graph)
     inference_model = _current_inference_model(out, model.graph, known_types, set(pinned))
     with KnownAttributes({} if subgraphs else _contrib_attributes(model.graph)):
-        fresh = _infer_types(inference_model, owned=True, subgraphs=subgraphs)
+        fresh = _infer_types(inference_model, owned=True, subgraphs=subgraphs, graph=model.graph)
     types = dict(fresh)
     exact: set[str] = set(pinned)
     g = model.graph
@@ -1479,7 +1484,8 @@ def infer_current_types(graph: Graph) -> dict[str, onnx.TypeProto]:
     header = onnx.ModelProto(ir_version=root.ir_version)
     for domain, version in sorted(root.opsets.items()):
         header.opset_import.append(onnx.helper.make_opsetid(domain, version))
-    return _infer_types(_current_inference_model(header, root, {}), owned=True, subgraphs=_has_subgraphs(root))
+    inference_model = _current_inference_model(header, root, {})
+    return _infer_types(inference_model, owned=True, subgraphs=_has_subgraphs(root), graph=root)
 
 
 def pinned_types(graph: Graph) -> dict[str, onnx.TypeProto]:
