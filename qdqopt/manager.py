@@ -232,7 +232,7 @@ class _Run:
         # first whose changes all came before this pass, runs most of its passes on the graph they left).
         stamp = graph.state_stamp()
         quiet = self.quiet.pop(spec.name, None)
-        plugin = spec.is_plugin  # (an interpreted property: asked once)
+        plugin = spec.is_plugin
         with log.scope(pass_name=spec.name, level=log.level, step=log.step, plugin=plugin):
             if log.level is not None:  # GraphTransformerManager::ApplyTransformers
                 log.say(events.Kind.APPLY, name=spec.name, step=step + 1)
