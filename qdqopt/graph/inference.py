@@ -237,9 +237,7 @@ def infer_model_types(
             return types
         types = _types_of(inferred.graph, declared, invented=invented, subgraphs=subgraphs)
     _fill_declared_outputs(types, declared_outputs)
-    if op_types is not None and not any(op in op_types for op in SHAPE_VALUE_SOURCES):
-        return types  # (what _propagated_as_ort finds first: no shape value to keep)
-    return _propagated_as_ort(proto, types, declared, subgraphs=subgraphs)
+    return _propagated_as_ort(proto, types, declared, subgraphs=subgraphs, op_types=op_types)
 
 
 #: rounds of :func:`_propagated_as_ort` (a shape a propagated value gave lets a later ``Shape`` keep a value)
@@ -247,14 +245,19 @@ _PROPAGATION_ROUNDS = 4
 
 
 def _propagated_as_ort(
-    proto: onnx.ModelProto, base: dict[str, onnx.TypeProto], declared: set[str], *, subgraphs: bool = True
+    proto: onnx.ModelProto,
+    base: dict[str, onnx.TypeProto],
+    declared: set[str],
+    *,
+    subgraphs: bool = True,
+    op_types: Collection[str] | None = None,
 ) -> dict[str, onnx.TypeProto]:
     """``base`` (the main graph's types as inference without propagation gives them) with the unknown dims that ORT
     1.32's shape-value propagation fills (:func:`_ort_shape_values`) filled: ONNX's ``data_prop`` on a copy of
     ``proto`` where it can use only the values ORT keeps (:func:`_mask_value_propagation`), again while the values
-    kept grow (``subgraphs``: False when the model has none)."""
+    kept grow (``subgraphs``: False when the model has none; ``op_types``: as :func:`infer_model_types`)."""
     types = base
-    if not _reads_shape_values(proto.graph):
+    if not _reads_shape_values(proto.graph, op_types):
         return types  # no shape value to keep (every kept value starts at a Shape or Size): nothing to propagate
     kept_before: dict[str, _Value] = {}
     for _ in range(_PROPAGATION_ROUNDS):
@@ -358,9 +361,12 @@ def _types_of(
 SHAPE_VALUE_SOURCES = ("Shape", "Size")
 
 
-def _reads_shape_values(gp: onnx.GraphProto) -> bool:
+def _reads_shape_values(gp: onnx.GraphProto, op_types: Collection[str] | None = None) -> bool:
     """Whether a node of ``gp`` makes a shape value (:data:`SHAPE_VALUE_SOURCES`): without one,
-    :func:`_ort_shape_values` keeps none and there is nothing to propagate."""
+    :func:`_ort_shape_values` keeps none and there is nothing to propagate. ``op_types``: the op types of ``gp``'s
+    nodes (any domain), if known: where none is a source, the nodes are not read."""
+    if op_types is not None and not any(op in op_types for op in SHAPE_VALUE_SOURCES):
+        return False
     return any(node.op_type in SHAPE_VALUE_SOURCES and node.domain in ("", "ai.onnx") for node in gp.node)
 
 
